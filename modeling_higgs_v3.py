@@ -1,0 +1,307 @@
+# Copyright 2026 the higgs-v3 authors. Licensed under the Apache License, Version 2.0.
+"""Higgs Audio v3 TTS: transformers' `Qwen3Model` plus a fused codebook embedding, a tied audio head and the codec.
+
+What is ours is the audio delta: the fused embedding of an 8-code row (one lookup with per-codebook offsets, summed),
+the placeholder substitution for reference rows, the tied audio head and the per-codebook loss. The delay-pattern
+generation lives in `generation_higgs_v3.py`, the prompt building in `processing_higgs_v3.py`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import PreTrainedModel, Qwen3Model
+from transformers.modeling_outputs import CausalLMOutputWithPast
+from transformers.utils import logging
+
+from .compat_higgs_v3 import CACHE_KWARG, pop_cache
+from .configuration_higgs_v3 import HiggsAudioV3Config
+from .generation_higgs_v3 import HiggsAudioV3GenerationMixin
+
+
+logger = logging.get_logger(__name__)
+
+
+@dataclass
+class HiggsAudioV3OutputWithPast(CausalLMOutputWithPast):
+    r"""
+    Output of [`HiggsAudioV3ForConditionalGeneration.forward`]. `logits` are the **audio** logits of shape
+    `[batch, positions, num_codebooks, codebook_size]`; `loss` is the mean of the per-codebook cross-entropies.
+
+    text_logits (`torch.FloatTensor` of shape `[batch, positions, vocab_size]`, *optional*):
+        Text LM head logits, only when `return_text_logits=True`.
+    audio_loss_per_codebook (`torch.FloatTensor` of shape `[num_codebooks]`, *optional*):
+        Cross-entropy of each codebook (NaN for a codebook without any label), when `audio_labels` is given.
+    """
+
+    text_logits: torch.FloatTensor | None = None
+    audio_loss_per_codebook: torch.FloatTensor | None = None
+
+
+class HiggsAudioV3PreTrainedModel(PreTrainedModel):
+    config_class = HiggsAudioV3Config
+    config: HiggsAudioV3Config
+    base_model_prefix = "model"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["Qwen3DecoderLayer"]
+    _skip_keys_device_placement = ["past_key_values", "cache"]
+    _supports_flash_attn = True
+    _supports_sdpa = True
+    _supports_flex_attn = True
+    _can_compile_fullgraph = True
+    _supports_attention_backend = True
+    _keep_in_fp32_modules = ["codec"]
+
+
+class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAudioV3GenerationMixin):
+    r"""
+    Higgs Audio v3 text-to-speech model.
+
+    Modules: `model` (transformers' `Qwen3Model`), `audio_embed` (the fused codebook embedding, `[num_codebooks *
+    codebook_size, hidden]`), `audio_head` (tied to `audio_embed`), `lm_head` (text head, tied to the token embedding,
+    run only when asked) and `codec` (the Higgs Audio v2 tokenizer, fp32; absent when `config.codec_config` is None).
+
+    Example:
+
+    ```python
+    >>> import torch
+    >>> from higgs_v3 import HiggsAudioV3Config, HiggsAudioV3ForConditionalGeneration
+    >>> config = HiggsAudioV3Config(vocab_size=151936, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+    ...                             num_attention_heads=4, num_key_value_heads=2, head_dim=16)
+    >>> model = HiggsAudioV3ForConditionalGeneration(config).eval()
+    >>> ids = torch.tensor([[151667, 151672, 9707, 151670]])
+    >>> model(input_ids=ids).logits.shape
+    torch.Size([1, 4, 8, 1026])
+    ```
+    """
+
+    _tied_weights_keys = {
+        "lm_head.weight": "model.embed_tokens.weight",
+        "audio_head.weight": "audio_embed.weight",
+    }
+
+    def __init__(self, config: HiggsAudioV3Config):
+        super().__init__(config)
+        self.model = Qwen3Model(config)
+        self.audio_embed = nn.Embedding(config.audio_vocab_size, config.hidden_size)
+        self.audio_head = nn.Linear(config.hidden_size, config.audio_vocab_size, bias=False)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.codec = None
+        if config.codec_config is not None:
+            from .codec_higgs_v3 import HiggsAudioV3Codec
+
+            self.codec = HiggsAudioV3Codec.from_codec_config(config.codec_config)
+        self.post_init()
+
+    # ------------------------------------------------------------------ embeddings
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.model.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.model.embed_tokens = value
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, value: nn.Linear) -> None:
+        self.lm_head = value
+
+    def embed_audio_rows(self, rows: torch.LongTensor) -> torch.Tensor:
+        """Fused embedding of code rows: `[..., num_codebooks]` -> `[..., hidden]`.
+
+        Row `f` maps to `sum_c audio_embed.weight[c * codebook_size + f[c]]` (one lookup, per-codebook offsets).
+        """
+        offsets = torch.arange(self.config.num_codebooks, device=rows.device) * self.config.codebook_size  # [C]
+        return self.audio_embed(rows + offsets).sum(dim=-2)  # [..., C, H] -> [..., H]
+
+    def audio_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """Audio head: `[..., hidden]` -> `[..., num_codebooks, codebook_size]` (codebook-major)."""
+        logits = self.audio_head(hidden_states)  # [..., C * V]
+        return logits.unflatten(-1, (self.config.num_codebooks, self.config.codebook_size))
+
+    # ------------------------------------------------------------------ input checks (prefill only)
+    def _check_codes(self, codes: torch.Tensor, name: str) -> None:
+        if codes.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
+            raise ValueError(f"{name} must hold integer codes, got dtype {codes.dtype}.")
+        if codes.shape[-1] != self.config.num_codebooks:
+            raise ValueError(
+                f"{name} must have {self.config.num_codebooks} codebooks in its last dimension, got shape "
+                f"{tuple(codes.shape)}."
+            )
+        if codes.numel() and not torch.compiler.is_compiling():
+            low, high = int(codes.min()), int(codes.max())
+            if low < 0 or high >= self.config.codebook_size:
+                raise ValueError(
+                    f"{name} holds codes from {low} to {high}; codes must lie in 0..{self.config.codebook_size - 1} "
+                    f"(codec codes 0..{self.config.audio_boc_token_id - 1}, BOC={self.config.audio_boc_token_id}, "
+                    f"EOC={self.config.audio_eoc_token_id})."
+                )
+
+    def _flat_reference_rows(
+        self, audio_input_ids: torch.LongTensor, audio_input_ids_mask: torch.Tensor | None
+    ) -> torch.LongTensor:
+        """Reference rows as `[num_rows, num_codebooks]`, in placeholder order."""
+        if audio_input_ids.dim() == 2:
+            return audio_input_ids
+        if audio_input_ids.dim() != 3:
+            raise ValueError(
+                "audio_input_ids must be [num_rows, num_codebooks] (rows of all placeholders in order) or "
+                f"[batch, rows, num_codebooks] with audio_input_ids_mask; got shape {tuple(audio_input_ids.shape)}."
+            )
+        if audio_input_ids_mask is None:
+            return audio_input_ids.flatten(0, 1)
+        if audio_input_ids_mask.shape != audio_input_ids.shape[:2]:
+            raise ValueError(
+                f"audio_input_ids_mask has shape {tuple(audio_input_ids_mask.shape)}, expected "
+                f"{tuple(audio_input_ids.shape[:2])} to match audio_input_ids."
+            )
+        return audio_input_ids[audio_input_ids_mask.bool()]
+
+    def build_inputs_embeds(
+        self,
+        input_ids: torch.LongTensor,
+        audio_input_ids: torch.LongTensor | None = None,
+        audio_input_ids_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Token embeddings of `input_ids` with every placeholder position **replaced** by its reference row's fused
+        embedding. `input_ids`: `[batch, length]`; returns `[batch, length, hidden]`."""
+        placeholder = input_ids == self.config.audio_placeholder_id  # [B, L]
+        token_ids = input_ids.masked_fill(placeholder, 0)
+        inputs_embeds = self.model.embed_tokens(token_ids)  # [B, L, H]
+        checking = not torch.compiler.is_compiling()
+        if audio_input_ids is None:
+            if checking and bool(placeholder.any()):
+                raise ValueError(
+                    f"input_ids has {int(placeholder.sum())} reference placeholder positions "
+                    f"(id {self.config.audio_placeholder_id}) but no audio_input_ids were given."
+                )
+            return inputs_embeds
+        rows = self._flat_reference_rows(audio_input_ids, audio_input_ids_mask)  # [N, C]
+        self._check_codes(rows, "audio_input_ids")
+        if checking:
+            num_placeholders = int(placeholder.sum())
+            if num_placeholders != rows.shape[0]:
+                raise ValueError(
+                    f"input_ids has {num_placeholders} reference placeholder positions (id "
+                    f"{self.config.audio_placeholder_id}) but audio_input_ids has {rows.shape[0]} rows; each "
+                    "placeholder takes exactly one delayed reference row."
+                )
+        audio_embeds = self.embed_audio_rows(rows).to(inputs_embeds.dtype)  # [N, H]
+        return inputs_embeds.masked_scatter(placeholder[..., None], audio_embeds)
+
+    # ------------------------------------------------------------------ forward
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        audio_input_ids: torch.LongTensor | None = None,
+        audio_input_ids_mask: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.LongTensor | None = None,
+        cache=None,
+        past_key_values=None,
+        inputs_embeds: torch.Tensor | None = None,
+        audio_labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        logits_to_keep: int | torch.Tensor = 0,
+        return_text_logits: bool = False,
+        **kwargs,
+    ) -> HiggsAudioV3OutputWithPast:
+        r"""
+        Args:
+            input_ids (`[batch, length]`): prompt ids; positions equal to `config.audio_placeholder_id` take the
+                delayed reference rows of `audio_input_ids` in order.
+            audio_input_ids: delayed reference rows, either `[num_rows, num_codebooks]` (all placeholders of the
+                batch, row-major) or `[batch, rows, num_codebooks]` with `audio_input_ids_mask` `[batch, rows]`
+                marking the valid rows. Without `input_ids` and `inputs_embeds`, `[batch, length, num_codebooks]`
+                rows are embedded directly (one audio position each), as in the decode steps of generation.
+            cache / past_key_values: the KV cache (either name; transformers 5.5 uses the latter).
+            inputs_embeds (`[batch, length, hidden]`): used as is instead of `input_ids`.
+            audio_labels (`[batch, length, num_codebooks]`): the row each position is fed in teacher forcing
+                (-100 where there is none, e.g. text). The logits at position `p` are scored against the labels at
+                `p + 1`, as transformers' causal LMs shift `labels`.
+            logits_to_keep: compute the heads on the last `n` positions only (0 = all), or on the given indices.
+            return_text_logits: also compute the 151936-wide text head (never needed to generate speech).
+
+        Returns:
+            `HiggsAudioV3OutputWithPast` with `logits` `[batch, kept_positions, num_codebooks, codebook_size]`.
+        """
+        cache = cache if cache is not None else past_key_values
+        if cache is None:
+            cache = pop_cache(kwargs)
+        if inputs_embeds is None:
+            if input_ids is not None:
+                inputs_embeds = self.build_inputs_embeds(input_ids, audio_input_ids, audio_input_ids_mask)
+            elif audio_input_ids is not None:
+                if audio_input_ids.dim() != 3:
+                    raise ValueError(
+                        "Without input_ids, audio_input_ids must be [batch, length, num_codebooks] rows to embed; "
+                        f"got shape {tuple(audio_input_ids.shape)}."
+                    )
+                self._check_codes(audio_input_ids, "audio_input_ids")
+                inputs_embeds = self.embed_audio_rows(audio_input_ids).to(self.model.embed_tokens.weight.dtype)
+            else:
+                raise ValueError("Pass input_ids, inputs_embeds, or audio_input_ids (rows to embed).")
+        elif input_ids is not None:
+            raise ValueError("Pass either input_ids or inputs_embeds, not both.")
+
+        outputs = self.model(
+            inputs_embeds=inputs_embeds,
+            attention_mask=attention_mask,
+            position_ids=position_ids,
+            use_cache=use_cache,
+            **{CACHE_KWARG: cache},
+            **kwargs,
+        )
+        hidden_states = outputs.last_hidden_state  # [B, L, H]
+        if isinstance(logits_to_keep, int):
+            kept = hidden_states[:, -logits_to_keep:, :] if logits_to_keep else hidden_states
+        else:
+            kept = hidden_states[:, logits_to_keep, :]
+        logits = self.audio_logits(kept)  # [B, L', C, V]
+        text_logits = self.lm_head(kept) if return_text_logits else None  # [B, L', vocab]
+
+        loss = per_codebook = None
+        if audio_labels is not None:
+            if logits.shape[1] != audio_labels.shape[1]:
+                raise ValueError(
+                    f"audio_labels cover {audio_labels.shape[1]} positions but logits were computed for "
+                    f"{logits.shape[1]}; use logits_to_keep=0 for training."
+                )
+            loss, per_codebook = self.audio_loss(logits, audio_labels)
+
+        return HiggsAudioV3OutputWithPast(
+            loss=loss,
+            logits=logits,
+            text_logits=text_logits,
+            audio_loss_per_codebook=per_codebook,
+            hidden_states=outputs.hidden_states,
+            attentions=outputs.attentions,
+            **{CACHE_KWARG: getattr(outputs, CACHE_KWARG, None)},
+        )
+
+    def audio_loss(self, logits: torch.Tensor, audio_labels: torch.LongTensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Shifted per-codebook cross-entropy (ignore index -100). Returns (mean over codebooks, per codebook)."""
+        shift_logits = logits[:, :-1].float()  # [B, L-1, C, V]: position p predicts the row at p + 1
+        shift_labels = audio_labels[:, 1:].to(logits.device)  # [B, L-1, C]
+        nll = F.cross_entropy(
+            shift_logits.flatten(0, 2), shift_labels.flatten(), ignore_index=-100, reduction="none"
+        ).view_as(shift_labels)  # [B, L-1, C]
+        valid = (shift_labels != -100).float()
+        counts = valid.sum(dim=(0, 1))  # [C]
+        per_codebook = (nll * valid).sum(dim=(0, 1)) / counts  # NaN where a codebook has no label
+        loss = per_codebook[counts > 0].mean()
+        return loss, per_codebook
+
+
+
+# `save_pretrained` copies this file and its relative imports next to `config.json`; `auto_map` is written in full
+# by the config (see `configuration_higgs_v3.AUTO_MAP`).
+HiggsAudioV3Config.register_for_auto_class("AutoConfig")
+HiggsAudioV3ForConditionalGeneration.register_for_auto_class("AutoModel")
+
+
+__all__ = ["HiggsAudioV3PreTrainedModel", "HiggsAudioV3ForConditionalGeneration", "HiggsAudioV3OutputWithPast"]
