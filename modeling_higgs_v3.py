@@ -96,6 +96,7 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
 
             self.codec = HiggsAudioV3Codec.from_codec_config(config.codec_config)
         self.post_init()
+        self.generation_config = self._default_audio_generation_config()
 
     # ------------------------------------------------------------------ embeddings
     def get_input_embeddings(self) -> nn.Embedding:
@@ -208,6 +209,7 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
         use_cache: bool | None = None,
         logits_to_keep: int | torch.Tensor = 0,
         return_text_logits: bool = False,
+        flatten_codebook_logits: bool = False,
         **kwargs,
     ) -> HiggsAudioV3OutputWithPast:
         r"""
@@ -225,6 +227,8 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
                 `p + 1`, as transformers' causal LMs shift `labels`.
             logits_to_keep: compute the heads on the last `n` positions only (0 = all), or on the given indices.
             return_text_logits: also compute the 151936-wide text head (never needed to generate speech).
+            flatten_codebook_logits: return `logits` as `[batch * num_codebooks, kept_positions, codebook_size]`
+                (row `b * C + c`), the layout in which transformers' stock decoding loop samples each codebook.
 
         Returns:
             `HiggsAudioV3OutputWithPast` with `logits` `[batch, kept_positions, num_codebooks, codebook_size]`.
@@ -232,6 +236,7 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
         cache = cache if cache is not None else past_key_values
         if cache is None:
             cache = pop_cache(kwargs)
+        kwargs.pop("return_dict", None)  # always a `HiggsAudioV3OutputWithPast`
         if inputs_embeds is None:
             if input_ids is not None:
                 inputs_embeds = self.build_inputs_embeds(input_ids, audio_input_ids, audio_input_ids_mask)
@@ -262,11 +267,13 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
         else:
             kept = hidden_states[:, logits_to_keep, :]
         logits = self.audio_logits(kept)  # [B, L', C, V]
+        if flatten_codebook_logits:
+            logits = logits.transpose(1, 2).flatten(0, 1)  # [B * C, L', V]
         text_logits = self.lm_head(kept) if return_text_logits else None  # [B, L', vocab]
 
         loss = per_codebook = None
         if audio_labels is not None:
-            if logits.shape[1] != audio_labels.shape[1]:
+            if flatten_codebook_logits or logits.shape[1] != audio_labels.shape[1]:
                 raise ValueError(
                     f"audio_labels cover {audio_labels.shape[1]} positions but logits were computed for "
                     f"{logits.shape[1]}; use logits_to_keep=0 for training."

@@ -1,0 +1,325 @@
+"""`generate()` against a slow reference loop written straight from the spec (§6-§7), plus termination, batching,
+seeds, caches, streaming and rejected options."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from transformers import LogitsProcessor
+
+from conftest import tiny_model
+from higgs_v3.generation_higgs_v3 import counter_uniform
+
+
+C = 8
+BOC, EOC = 1024, 1025
+V = 1026
+TTS, TEXT, AUDIO = 151667, 151672, 151670
+PLACEHOLDER = -100
+
+
+# ---------------------------------------------------------------------------------------------- reference loop
+def reference_generate(model, prompt, reference_rows=None, max_new_tokens=30, eoc_bias_steps=(), sample=None):
+    """One sequence, no cache, full recompute every step; the state machine exactly as the spec words it.
+
+    prompt: 1-D ids (placeholders = -100); reference_rows: [n, C]. `eoc_bias_steps`: steps at which codebook 0's EOC
+    logit is raised (to force termination). `sample`: (seed, temperature, top_k, top_p) to sample as the spec orders.
+    """
+    w_audio = model.audio_embed.weight  # [C * V, H]
+    w_text = model.model.embed_tokens.weight
+    embeds = []
+    ref_iter = iter(reference_rows.tolist() if reference_rows is not None else [])
+    for token in prompt.tolist():
+        if token == PLACEHOLDER:
+            row = next(ref_iter)
+            embeds.append(sum(w_audio[c * V + row[c]] for c in range(C)))  # replaces the token embedding
+        else:
+            embeds.append(w_text[token])
+    rows = []
+    delay, countdown, done = 0, None, False
+    for step in range(max_new_tokens):
+        inputs = torch.stack(embeds)[None]  # [1, n, H]
+        hidden = model.model(inputs_embeds=inputs).last_hidden_state[0, -1]  # [H]
+        logits = (hidden @ w_audio.T).float().view(C, V)  # codebook-major
+        if step in eoc_bias_steps:
+            logits[0, EOC] += 1e4
+        if sample is None:
+            row = [int(logits[c].argmax()) for c in range(C)]
+        else:
+            seed, temperature, top_k, top_p = sample
+            row = []
+            for c in range(C):
+                scores = logits[c] / temperature
+                if top_k:
+                    kth = torch.topk(scores, top_k).values[-1]
+                    scores = scores.masked_fill(scores < kth, -float("inf"))
+                if top_p is not None and top_p < 1.0:
+                    order = torch.argsort(scores, descending=True)
+                    probs_sorted = torch.softmax(scores[order], dim=-1)
+                    keep = torch.cumsum(probs_sorted, 0) - probs_sorted < top_p  # always keeps the first
+                    drop = order[~keep]
+                    scores = scores.clone()
+                    scores[drop] = -float("inf")
+                probs = torch.softmax(scores, dim=-1)
+                u = counter_uniform(torch.tensor([seed]), step, torch.tensor([c]), C)[0]
+                cdf = torch.cumsum(probs, 0)
+                row.append(min(int((cdf > u * cdf[-1]).nonzero()[0]), V - 1))
+        if delay < C:
+            for c in range(delay + 1, C):
+                row[c] = BOC
+            delay += 1
+        elif countdown is not None:
+            countdown -= 1
+            if countdown == 0:
+                done = True
+        elif row[0] == EOC:
+            countdown = C - 2
+        rows.append(row)
+        if done:
+            break
+        embeds.append(sum(w_audio[c * V + row[c]] for c in range(C)))
+    return torch.tensor(rows), done
+
+
+class BiasEOC(LogitsProcessor):
+    """Raises codebook 0's EOC logit at the given steps (rows of the stock loop are b * C + c)."""
+
+    def __init__(self, prompt_length, steps):
+        self.prompt_length, self.steps = prompt_length, set(steps)
+
+    def __call__(self, input_ids, scores):
+        if input_ids.shape[1] - self.prompt_length in self.steps:
+            is_cb0 = (torch.arange(scores.shape[0]) % C == 0)[:, None]
+            bias = torch.zeros_like(scores)
+            bias[:, EOC] = 1e4
+            scores = scores + bias * is_cb0
+        return scores
+
+
+def plain_prompt(words=(9707, 11, 1879)):
+    return torch.tensor([TTS, TEXT, *words, AUDIO])
+
+
+def clone_prompt(num_rows, words=(40, 1079)):
+    return torch.tensor([TTS, 151679, *([PLACEHOLDER] * num_rows), TEXT, *words, AUDIO])
+
+
+def left_pad(prompts):
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), 151643)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p):] = p
+        mask[i, width - len(p):] = 1
+    return ids, mask
+
+
+# ---------------------------------------------------------------------------------------------- greedy vs reference
+def test_greedy_plain_prompt_matches_reference(model):
+    prompt = plain_prompt()
+    expected, _ = reference_generate(model, prompt, max_new_tokens=14)
+    rows = model.generate(input_ids=prompt[None], do_sample=False, max_new_tokens=14)
+    assert torch.equal(rows[0], expected)
+    forced = torch.arange(C)[None, :] > torch.arange(C - 1)[:, None]  # the delay window's BOC triangle
+    assert (rows[0, : C - 1][forced] == BOC).all()
+    assert len(set(rows[0, :, 0].tolist())) > 1  # a varied path, not a constant
+
+
+def test_greedy_with_reference_placeholders_matches_reference(model):
+    torch.manual_seed(1)
+    reference_rows = torch.randint(0, 1024, (10, C))
+    prompt = clone_prompt(10)
+    expected, _ = reference_generate(model, prompt, reference_rows, max_new_tokens=12)
+    rows = model.generate(input_ids=prompt[None], audio_input_ids=reference_rows, do_sample=False, max_new_tokens=12)
+    assert torch.equal(rows[0], expected)
+    # The reference rows really matter: other rows give other codes.
+    other = model.generate(input_ids=prompt[None], audio_input_ids=(reference_rows + 1) % 1024, do_sample=False,
+                           max_new_tokens=12)
+    assert not torch.equal(other, rows)
+
+
+# ---------------------------------------------------------------------------------------------- termination
+def test_eoc_inside_delay_window_is_ignored_and_countdown_emits_terminal_row(model):
+    prompt = plain_prompt()
+    steps = (3, 11)  # 3 lies in the delay window (ignored), 11 starts the countdown
+    expected, done = reference_generate(model, prompt, max_new_tokens=40, eoc_bias_steps=steps)
+    assert done and len(expected) == 11 + C - 1  # T + 7 rows, T = 11
+    out = model.generate(input_ids=prompt[None], do_sample=False, max_new_tokens=40, return_dict_in_generate=True,
+                         logits_processor=[BiasEOC(len(prompt), steps)])
+    assert out.finished.tolist() == [True]
+    assert out.lengths.tolist() == [18]
+    assert torch.equal(out.sequences[0, :18], expected)
+    assert out.sequences[0, 3, 0] == EOC  # emitted, but did not start the countdown
+    assert out.audio_code_lengths.tolist() == [11]
+    assert out.audio_codes.shape == (1, 11, C)
+    assert int(out.audio_codes.max()) < 1024
+
+
+def test_batch_rows_stop_on_their_own_and_are_padded(model):
+    prompt = plain_prompt()
+    ids = prompt[None].repeat(2, 1)
+
+    class PerRow(LogitsProcessor):  # sequence 0 ends at step 9, sequence 1 at step 13
+        def __call__(self, input_ids, scores):
+            step = input_ids.shape[1] - len(prompt)
+            target = {9: 0, 13: 1}.get(step)
+            if target is not None:
+                scores = scores.clone()
+                scores[target * C, EOC] += 1e4
+            return scores
+
+    out = model.generate(input_ids=ids, do_sample=False, max_new_tokens=40, return_dict_in_generate=True,
+                         logits_processor=[PerRow()])
+    assert out.lengths.tolist() == [16, 20]
+    assert out.finished.tolist() == [True, True]
+    assert out.sequences.shape[1] == 20
+    assert (out.sequences[0, 16:] == EOC).all()  # padding after the stop
+    alone, _ = reference_generate(model, prompt, max_new_tokens=40, eoc_bias_steps=(13,))
+    assert torch.equal(out.sequences[1], alone)  # the finished row did not change the other
+
+
+def test_runaway_is_flagged_and_warned(model, caplog):
+    prompt = plain_prompt()
+    out = model.generate(input_ids=prompt[None], do_sample=False, max_new_tokens=10, return_dict_in_generate=True)
+    assert out.finished.tolist() == [False]
+    assert out.lengths.tolist() == [10]
+    assert out.audio_code_lengths.tolist() == [3]
+
+
+# ---------------------------------------------------------------------------------------------- batching
+def test_left_padded_batch_equals_rows_alone_greedy(model):
+    torch.manual_seed(2)
+    reference_rows = torch.randint(0, 1024, (9, C))
+    prompts = [plain_prompt((1, 2, 3, 4, 5, 6, 7)), clone_prompt(9), plain_prompt((42,))]
+    ids, mask = left_pad(prompts)
+    batch = model.generate(input_ids=ids, attention_mask=mask, audio_input_ids=reference_rows, do_sample=False,
+                           max_new_tokens=12)
+    for i, prompt in enumerate(prompts):
+        refs = reference_rows if i == 1 else None
+        alone = model.generate(input_ids=prompt[None], audio_input_ids=refs, do_sample=False, max_new_tokens=12)
+        assert torch.equal(batch[i], alone[0]), f"row {i}"
+
+
+def test_left_padded_batch_equals_rows_alone_sampling_with_seeds(model):
+    prompts = [plain_prompt((1, 2, 3, 4, 5)), plain_prompt((42,))]
+    ids, mask = left_pad(prompts)
+    options = dict(do_sample=True, temperature=1.3, top_k=50, top_p=0.95, max_new_tokens=12)
+    batch = model.generate(input_ids=ids, attention_mask=mask, seed=[11, 12], **options)
+    for i, prompt in enumerate(prompts):
+        alone = model.generate(input_ids=prompt[None], seed=11 + i, **options)
+        assert torch.equal(batch[i], alone[0]), f"row {i}"
+
+
+def test_sampling_matches_reference_order(model):
+    prompt = plain_prompt()
+    seed, temperature, top_k, top_p = 5, 0.9, 40, 0.8
+    expected, _ = reference_generate(model, prompt, max_new_tokens=12, sample=(seed, temperature, top_k, top_p))
+    rows = model.generate(input_ids=prompt[None], do_sample=True, temperature=temperature, top_k=top_k, top_p=top_p,
+                          seed=seed, max_new_tokens=12)
+    assert torch.equal(rows[0], expected)
+
+
+def test_seeds_reproduce_and_differ(model):
+    prompt = plain_prompt()[None]
+    a = model.generate(input_ids=prompt, do_sample=True, seed=1, max_new_tokens=10)
+    b = model.generate(input_ids=prompt, do_sample=True, seed=1, max_new_tokens=10)
+    c = model.generate(input_ids=prompt, do_sample=True, seed=2, max_new_tokens=10)
+    assert torch.equal(a, b)
+    assert not torch.equal(a, c)
+    torch.manual_seed(7)
+    d = model.generate(input_ids=prompt, do_sample=True, max_new_tokens=10)
+    torch.manual_seed(7)
+    e = model.generate(input_ids=prompt, do_sample=True, max_new_tokens=10)
+    assert torch.equal(d, e)
+
+
+def test_top_k_one_and_tiny_temperature_equal_greedy(model):
+    prompt = plain_prompt()[None]
+    greedy = model.generate(input_ids=prompt, do_sample=False, max_new_tokens=12)
+    top1 = model.generate(input_ids=prompt, do_sample=True, top_k=1, seed=3, max_new_tokens=12)
+    cold = model.generate(input_ids=prompt, do_sample=True, temperature=1e-4, seed=3, max_new_tokens=12)
+    assert torch.equal(top1, greedy)
+    assert torch.equal(cold, greedy)
+
+
+def test_counter_uniform_is_uniform_and_key_dependent():
+    seeds = torch.arange(4000)
+    u = counter_uniform(seeds, 3, torch.zeros(4000, dtype=torch.long), C)
+    assert 0.0 <= float(u.min()) and float(u.max()) < 1.0
+    assert abs(float(u.mean()) - 0.5) < 0.02
+    assert abs(float((u < 0.25).float().mean()) - 0.25) < 0.03
+    assert not torch.equal(u, counter_uniform(seeds, 4, torch.zeros(4000, dtype=torch.long), C))
+    big = torch.tensor([2**40 + 5, 5])
+    v = counter_uniform(big, 0, torch.zeros(2, dtype=torch.long), C)
+    assert v[0] != v[1]  # the high 32 bits of a seed count
+
+
+# ---------------------------------------------------------------------------------------------- caches, streamer
+@pytest.mark.parametrize("variant", [dict(use_cache=False), dict(cache_implementation="static")])
+def test_cache_variants_equal_dynamic_cache(model, variant):
+    torch.manual_seed(3)
+    reference_rows = torch.randint(0, 1024, (8, C))
+    ids, mask = left_pad([clone_prompt(8), plain_prompt()])
+    dynamic = model.generate(input_ids=ids, attention_mask=mask, audio_input_ids=reference_rows, do_sample=False,
+                             max_new_tokens=11)
+    other = model.generate(input_ids=ids, attention_mask=mask, audio_input_ids=reference_rows, do_sample=False,
+                           max_new_tokens=11, **variant)
+    assert torch.equal(dynamic, other)
+
+
+def test_streamer_receives_each_row(model):
+    class Collect:
+        def __init__(self):
+            self.rows, self.ended = [], False
+
+        def put(self, value):
+            self.rows.append(value.clone())
+
+        def end(self):
+            self.ended = True
+
+    ids, mask = left_pad([plain_prompt(), plain_prompt((5,))])
+    streamer = Collect()
+    rows = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=9, streamer=streamer)
+    assert streamer.ended
+    assert all(r.shape == (2, C) for r in streamer.rows)
+    assert torch.equal(torch.stack(streamer.rows, dim=1), rows)
+
+
+def test_text_head_never_runs_while_generating(model):
+    calls = []
+    handle = model.lm_head.register_forward_hook(lambda *a: calls.append(1))
+    try:
+        model.generate(input_ids=plain_prompt()[None], do_sample=False, max_new_tokens=9)
+    finally:
+        handle.remove()
+    assert calls == []
+
+
+# ---------------------------------------------------------------------------------------------- rejected options
+@pytest.mark.parametrize(
+    "option",
+    [
+        dict(num_beams=2),
+        dict(repetition_penalty=1.2),
+        dict(bad_words_ids=[[5]]),
+        dict(num_return_sequences=2),
+        dict(no_repeat_ngram_size=3),
+        dict(typical_p=0.5),
+    ],
+)
+def test_rejected_options(model, option):
+    (name, value), = option.items()
+    with pytest.raises(ValueError, match=re.escape(f"does not support {name}={value!r} for audio codes") + ".*Supported: greedy"):
+        model.generate(input_ids=plain_prompt()[None], max_new_tokens=4, **option)
+
+
+def test_rejected_arguments(model):
+    with pytest.raises(ValueError, match="does not support `assistant_model`"):
+        model.generate(input_ids=plain_prompt()[None], max_new_tokens=4, assistant_model=model)
+    with pytest.raises(ValueError, match="counts audio rows with `max_new_tokens`; got max_length=50"):
+        model.generate(input_ids=plain_prompt()[None], max_length=50)
+    with pytest.raises(ValueError, match=r"one seed per sequence \(2\), got shape \(3,\)"):
+        model.generate(input_ids=plain_prompt()[None].repeat(2, 1), seed=[1, 2, 3], max_new_tokens=4)
