@@ -19,7 +19,12 @@ from transformers.utils import logging
 
 from .compat_higgs_v3 import CACHE_KWARG, pop_cache
 from .configuration_higgs_v3 import HiggsAudioV3Config
+from .delay_higgs_v3 import apply_delay_pattern, revert_delay_pattern  # noqa: F401 (see below)
 from .generation_higgs_v3 import HiggsAudioV3GenerationMixin
+
+
+# transformers 5.5 copies only the *direct* relative imports of this file when it loads a local folder with
+# `trust_remote_code=True`, so every module of the chain is imported here (generation needs delay_higgs_v3).
 
 
 logger = logging.get_logger(__name__)

@@ -1,0 +1,191 @@
+"""The model: forward shapes, placeholder substitution, tying, text head parity with Qwen3, loss, save/load round
+trips in a fresh process, and bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn.functional as F
+from transformers import Qwen3Config, Qwen3ForCausalLM
+
+from conftest import tiny_config, tiny_model
+from higgs_v3 import HiggsAudioV3Config, HiggsAudioV3ForConditionalGeneration
+
+
+C, V = 8, 1026
+PROMPT = [151667, 151679, -100, -100, -100, 151672, 9707, 11, 1879, 151670]
+
+
+def test_forward_shapes_plain_and_placeholder(model):
+    plain = torch.tensor([[151667, 151672, 9707, 151670]])
+    out = model(input_ids=plain)
+    assert out.logits.shape == (1, 4, C, V)
+    assert out.text_logits is None
+    rows = torch.randint(0, V, (3, C))
+    out = model(input_ids=torch.tensor([PROMPT]), audio_input_ids=rows, logits_to_keep=1, return_text_logits=True)
+    assert out.logits.shape == (1, 1, C, V)
+    assert out.text_logits.shape == (1, 1, 151936)
+    flat = model(input_ids=torch.tensor([PROMPT]), audio_input_ids=rows, flatten_codebook_logits=True).logits
+    full = model(input_ids=torch.tensor([PROMPT]), audio_input_ids=rows).logits
+    assert flat.shape == (C, len(PROMPT), V)
+    assert torch.equal(flat[3], full[0, :, 3])
+
+
+def test_placeholder_embeddings_replace_token_embeddings(model):
+    rows = torch.tensor([[c * 7 + r for c in range(C)] for r in range(3)])
+    embeds = model.build_inputs_embeds(torch.tensor([PROMPT]), rows)
+    w_audio, w_text = model.audio_embed.weight, model.model.embed_tokens.weight
+    for k, position in enumerate([2, 3, 4]):
+        expected = sum(w_audio[c * V + int(rows[k, c])] for c in range(C))  # hand-computed sum of rows
+        torch.testing.assert_close(embeds[0, position], expected, rtol=0, atol=1e-6)
+    for position in [0, 1, 5, 6, 7, 8, 9]:
+        assert torch.equal(embeds[0, position], w_text[PROMPT[position]])
+    # [batch, rows, C] + mask gives the same as the flat rows.
+    padded = torch.cat([rows, torch.zeros(2, C, dtype=torch.long)])[None]
+    mask = torch.tensor([[True, True, True, False, False]])
+    assert torch.equal(model.build_inputs_embeds(torch.tensor([PROMPT]), padded, mask), embeds)
+
+
+def test_audio_head_is_the_fused_embedding(model):
+    hidden = torch.randn(2, 5, 64)
+    expected = (hidden @ model.audio_embed.weight.T).view(2, 5, C, V)
+    torch.testing.assert_close(model.audio_logits(hidden), expected)
+
+
+def test_text_logits_equal_qwen3_for_causal_lm(model):
+    fields = {k: v for k, v in model.config.to_dict().items() if k in Qwen3Config().to_dict()}
+    qwen = Qwen3ForCausalLM(Qwen3Config(**fields, attn_implementation=model.config._attn_implementation)).eval()
+    qwen.model.load_state_dict(model.model.state_dict(), strict=True)
+    qwen.tie_weights()
+    assert qwen.lm_head.weight is qwen.model.embed_tokens.weight
+    ids = torch.tensor([[151667, 151672, 9707, 11, 1879, 151670]])
+    ours = model(input_ids=ids, return_text_logits=True).text_logits
+    theirs = qwen(input_ids=ids).logits
+    torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
+
+
+def test_tying_holds(model):
+    assert model.audio_head.weight is model.audio_embed.weight
+    assert model.lm_head.weight is model.model.embed_tokens.weight
+    names = set(model.state_dict())
+    assert {"audio_embed.weight", "model.embed_tokens.weight"} <= names
+
+
+def test_audio_loss_matches_manual_cross_entropy(model):
+    torch.manual_seed(0)
+    ids = torch.tensor([[151667, 151672, 9707, 151670, 0, 0, 0]])
+    rows = torch.randint(0, V, (1, 3, C))
+    inputs_embeds = torch.cat([model.build_inputs_embeds(ids[:, :4]), model.embed_audio_rows(rows)], dim=1)
+    labels = torch.full((1, 7, C), -100)
+    labels[0, 4:] = rows[0]
+    labels[0, 5, 2] = -100  # one ignored code
+    out = model(inputs_embeds=inputs_embeds, audio_labels=labels)
+    logits = out.logits.float()
+    per_codebook = []
+    for c in range(C):
+        pairs = [(p - 1, int(labels[0, p, c])) for p in range(1, 7) if labels[0, p, c] != -100]
+        per_codebook.append(torch.stack([F.cross_entropy(logits[0, p, c], torch.tensor(t)) for p, t in pairs]).mean())
+    expected = torch.stack(per_codebook)
+    torch.testing.assert_close(out.audio_loss_per_codebook, expected)
+    torch.testing.assert_close(out.loss, expected.mean())
+    out.loss.backward()
+    assert model.audio_embed.weight.grad is not None
+    model.zero_grad()
+
+
+# ---------------------------------------------------------------------------------------------- bad input
+def test_placeholder_count_mismatch(model):
+    with pytest.raises(ValueError, match=r"input_ids has 3 reference placeholder positions \(id -100\) but "
+                                         r"audio_input_ids has 2 rows"):
+        model(input_ids=torch.tensor([PROMPT]), audio_input_ids=torch.zeros(2, C, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"input_ids has 3 reference placeholder positions \(id -100\) but no "
+                                         r"audio_input_ids were given"):
+        model(input_ids=torch.tensor([PROMPT]))
+
+
+def test_codes_out_of_range(model):
+    rows = torch.zeros(3, C, dtype=torch.long)
+    rows[1, 4] = 1026
+    with pytest.raises(ValueError, match=r"audio_input_ids holds codes from 0 to 1026; codes must lie in 0\.\.1025"):
+        model(input_ids=torch.tensor([PROMPT]), audio_input_ids=rows)
+    rows[1, 4] = -3
+    with pytest.raises(ValueError, match=r"holds codes from -3 to 0"):
+        model(input_ids=torch.tensor([PROMPT]), audio_input_ids=rows)
+    with pytest.raises(ValueError, match=r"must have 8 codebooks in its last dimension, got shape \(3, 4\)"):
+        model(input_ids=torch.tensor([PROMPT]), audio_input_ids=torch.zeros(3, 4, dtype=torch.long))
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (dict(audio_boc_token_id=2000), r"audio_boc_token_id=2000 must lie in 0\.\.1025 \(codebook_size=1026\)"),
+        (dict(audio_eoc_token_id=1024), r"audio_boc_token_id and audio_eoc_token_id must differ, both are 1024"),
+        (dict(codebook_size=1030), r"BOC and EOC must be the last two entries of each codebook"),
+        (dict(tts_token_id=200000), r"tts_token_id=200000 must be a token id in 0\.\.151935"),
+        (dict(frame_rate=7), r"sampling_rate=24000 must be a positive multiple of frame_rate=7"),
+        (dict(num_codebooks=4, codec_config=HiggsAudioV3Config.default_codec_config()),
+         r"codec_config gives 8 quantizers .* but num_codebooks=4"),
+    ],
+)
+def test_inconsistent_config(fields, message):
+    with pytest.raises(ValueError, match=message):
+        tiny_config(**fields)
+
+
+# ---------------------------------------------------------------------------------------------- round trips
+def _run(code: str, **env) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "HF_HUB_OFFLINE": "1", **env}
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          env=environment, timeout=300)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_save_then_load_with_remote_code_in_fresh_process(tmp_path, dtype):
+    model = tiny_model(seed=4)
+    model.save_pretrained(tmp_path / "repo")
+    files = set(os.listdir(tmp_path / "repo"))
+    assert {"config.json", "generation_config.json", "model.safetensors", "configuration_higgs_v3.py",
+            "modeling_higgs_v3.py", "generation_higgs_v3.py", "compat_higgs_v3.py", "delay_higgs_v3.py"} <= files
+    config = json.loads((tmp_path / "repo" / "config.json").read_text())
+    assert config["model_type"] == "higgs_audio_v3"
+    assert config["auto_map"]["AutoModelForTextToWaveform"] == "modeling_higgs_v3.HiggsAudioV3ForConditionalGeneration"
+    assert config["auto_map"]["AutoModel"] == "modeling_higgs_v3.HiggsAudioV3ForConditionalGeneration"
+    generation = json.loads((tmp_path / "repo" / "generation_config.json").read_text())
+    assert generation["max_new_tokens"] == 2048 and generation["do_sample"] is True
+    ids = torch.tensor([PROMPT])
+    rows = torch.randint(0, 1024, (3, C))
+    torch.save({"ids": ids, "rows": rows}, tmp_path / "inputs.pt")
+    local = HiggsAudioV3ForConditionalGeneration.from_pretrained(tmp_path / "repo", dtype=getattr(torch, dtype),
+                                                                 attn_implementation="eager")
+    reference = local(input_ids=ids, audio_input_ids=rows).logits
+    if dtype == "float32":
+        torch.testing.assert_close(reference, model(input_ids=ids, audio_input_ids=rows).logits, rtol=0, atol=0)
+    torch.save(reference, tmp_path / "expected.pt")
+    result = _run(f"""
+        import torch
+        from transformers import AutoModel, AutoModelForTextToWaveform
+        model, info = AutoModel.from_pretrained({str(tmp_path / 'repo')!r}, trust_remote_code=True,
+                                                dtype=torch.{dtype}, output_loading_info=True,
+                                                attn_implementation="eager")
+        assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+        assert all(not v for v in info.values()), info
+        assert model.audio_head.weight is model.audio_embed.weight
+        assert model.lm_head.weight is model.model.embed_tokens.weight
+        inputs = torch.load({str(tmp_path / 'inputs.pt')!r})
+        logits = model(input_ids=inputs["ids"], audio_input_ids=inputs["rows"]).logits
+        expected = torch.load({str(tmp_path / 'expected.pt')!r})
+        assert logits.dtype == torch.{dtype}, logits.dtype
+        assert torch.equal(logits, expected), (logits - expected).abs().max()
+        tts = AutoModelForTextToWaveform.from_pretrained({str(tmp_path / 'repo')!r}, trust_remote_code=True,
+                                                         device_map="auto")
+        assert str(tts.device) == "cpu"
+        print("OK")
+    """)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().endswith("OK")
