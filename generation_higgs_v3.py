@@ -196,11 +196,13 @@ class HiggsAudioV3SeededSampler(LogitsProcessor):
 
 
 class HiggsAudioV3StoppingCriteria(StoppingCriteria):
-    r"""The end of speech, per sequence: after the delay window (steps `0 .. C - 1`), codebook 0 emitting EOC starts a
-    countdown of `C - 2`; the row on which it reaches 0 is the last one. State is `(batch,)` tensors.
+    r"""The end of speech, per sequence: after the delay window (steps `0 .. C - 1`), the first EOC on codebook 0 at
+    step `t` starts a countdown of `C - 2` rows; row `t + C - 2` is the last one emitted. State: `eoc_step`, `(batch,)`.
 
     `eos_token_id` is set (to EOC) because the stock loop pads finished rows only when a criterion has one.
     """
+
+    _NOT_YET = 2**62
 
     def __init__(self, batch_size: int, num_codebooks: int, eoc_token_id: int, prompt_length: int,
                  max_new_tokens: int, device: torch.device):
@@ -208,20 +210,23 @@ class HiggsAudioV3StoppingCriteria(StoppingCriteria):
         self.eos_token_id = eoc_token_id
         self.prompt_length = prompt_length
         self.max_new_tokens = max_new_tokens
-        self.countdown = torch.full((batch_size,), -1, dtype=torch.long, device=device)  # -1: not counting
-        self.done_step = torch.full((batch_size,), -1, dtype=torch.long, device=device)  # step of the last row
+        self.eoc_step = torch.full((batch_size,), self._NOT_YET, dtype=torch.long, device=device)
+        self.done = torch.zeros(batch_size * num_codebooks, dtype=torch.bool, device=device)
+
+    @property
+    def done_step(self) -> torch.LongTensor:
+        """`[batch]`: index of each sequence's last row, or -1 while it has not finished."""
+        last = self.eoc_step + (self.num_codebooks - 2)
+        return torch.where(self.eoc_step < self._NOT_YET, last, -1)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor | None = None, **kwargs) -> torch.BoolTensor:
         step = input_ids.shape[1] - self.prompt_length - 1  # index of the row just emitted (Python int)
         if self.num_codebooks <= step < self.max_new_tokens:
-            codebook0 = input_ids.view(-1, self.num_codebooks, input_ids.shape[1])[:, 0, -1]  # [B]
-            active = self.done_step < 0
-            counting = self.countdown >= 0
-            started = torch.where(codebook0 == self.eos_token_id, self.num_codebooks - 2, -1)
-            countdown = torch.where(counting, self.countdown - 1, started)
-            self.countdown = torch.where(active, countdown, self.countdown)
-            self.done_step = torch.where(active & (self.countdown == 0), step, self.done_step)
-        return (self.done_step >= 0).repeat_interleave(self.num_codebooks)  # [B*C]
+            codebook0 = input_ids[:: self.num_codebooks, -1]  # [B]: rows b * C of the stock loop
+            first = (codebook0 == self.eos_token_id) & (self.eoc_step == self._NOT_YET)
+            self.eoc_step = torch.where(first, step, self.eoc_step)
+            self.done = (self.eoc_step <= step - (self.num_codebooks - 2)).repeat_interleave(self.num_codebooks)
+        return self.done  # [B*C]
 
 
 class _RowStreamer(BaseStreamer):

@@ -60,6 +60,7 @@ class HiggsAudioV3PreTrainedModel(PreTrainedModel):
     _can_compile_fullgraph = True
     _supports_attention_backend = True
     _keep_in_fp32_modules = ["codec"]
+    _keep_in_fp32_modules_strict = ["codec"]  # the codec runs in fp32 whatever the dtype (bf16 included)
 
 
 class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAudioV3GenerationMixin):
@@ -121,8 +122,10 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
 
         Row `f` maps to `sum_c audio_embed.weight[c * codebook_size + f[c]]` (one lookup, per-codebook offsets).
         """
-        offsets = torch.arange(self.config.num_codebooks, device=rows.device) * self.config.codebook_size  # [C]
-        return self.audio_embed(rows + offsets).sum(dim=-2)  # [..., C, H] -> [..., H]
+        offsets = torch.arange(0, self.config.audio_vocab_size, self.config.codebook_size, device=rows.device)  # [C]
+        flat = (rows + offsets).reshape(-1, rows.shape[-1])  # [N, C]: one bag of C rows per frame
+        summed = F.embedding_bag(flat, self.audio_embed.weight, mode="sum")  # [N, H]
+        return summed.reshape(*rows.shape[:-1], summed.shape[-1])
 
     def audio_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """Audio head: `[..., hidden]` -> `[..., num_codebooks, codebook_size]` (codebook-major)."""

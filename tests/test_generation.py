@@ -323,3 +323,19 @@ def test_rejected_arguments(model):
         model.generate(input_ids=plain_prompt()[None], max_length=50)
     with pytest.raises(ValueError, match=r"one seed per sequence \(2\), got shape \(3,\)"):
         model.generate(input_ids=plain_prompt()[None].repeat(2, 1), seed=[1, 2, 3], max_new_tokens=4)
+
+
+@pytest.mark.slow
+def test_decode_step_under_torch_compile_matches_eager():
+    from transformers import CompileConfig
+
+    model = tiny_model(seed=5)
+    ids, mask = left_pad([plain_prompt(), plain_prompt((7, 8))])
+    eager = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=12,
+                           cache_implementation="static")
+    compile_config = CompileConfig(fullgraph=True, dynamic=False)
+    compile_config._compile_all_devices = True  # transformers compiles on CPU only when asked this way
+    compiled = model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=12,
+                              cache_implementation="static", compile_config=compile_config)
+    assert torch.equal(eager, compiled)
+    assert model._compiled_call is not None  # the compiled forward really ran

@@ -1,0 +1,356 @@
+# Copyright 2026 the higgs-v3 authors. Licensed under the Apache License, Version 2.0.
+"""The bundled audio codec: the Higgs Audio v2 tokenizer, built from transformers' X-Codec blocks, without torchaudio.
+
+Architecture (X-Codec style, as transformers' `HiggsAudioV2TokenizerModel`): a HuBERT semantic branch at 16 kHz, a DAC
+acoustic encoder/decoder at 24 kHz and an 8-level residual VQ (codebook 1024, dimension 64) over the concatenated
+features, one frame per 960 samples (25 frames per second). The state_dict names are exactly those of
+`HiggsAudioV2TokenizerModel`, so the original checkpoint's codec tensors load unchanged.
+
+What differs from transformers' class (which imports `torchaudio` at module level, and torchaudio has no build for
+current torch): the 24 kHz -> 16 kHz resample in front of HuBERT uses `soxr` (see `resample_audio`). Everything else
+is transformers' code: `XcodecModel`'s `__init__`/`encode`/`decode` and X-Codec's VQ blocks, plus the two linear
+projections per VQ level that the Higgs variant adds.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from transformers import HiggsAudioV2TokenizerConfig, XcodecModel
+from transformers.models.xcodec.modeling_xcodec import (
+    XcodecDecoderOutput,
+    XcodecEncoderOutput,
+    XcodecResidualVectorQuantization,
+    XcodecVectorQuantization,
+)
+
+
+try:
+    import soxr
+except ImportError:  # pragma: no cover - soxr is an install requirement; the Hub loader must not demand it
+    soxr = None
+
+
+def resample_audio(waveform: torch.Tensor, orig_sr: int, target_sr: int) -> torch.Tensor:
+    """Resample the last axis of `waveform` from `orig_sr` to `target_sr` Hz with soxr (high quality, zero delay).
+
+    `[..., N]` -> `[..., ceil(N * target_sr / orig_sr)]` (the length torchaudio's `resample` gives), on the input's
+    device and in its dtype. The computation runs on the CPU in float32 (float64 stays float64), soxr's "HQ" quality;
+    the leading axes are resampled as independent channels in one soxr call. Not differentiable (HuBERT, which it
+    feeds, runs without gradients anyway).
+    """
+    if orig_sr == target_sr:
+        return waveform
+    if soxr is None:
+        raise ImportError(
+            f"Resampling audio from {orig_sr} Hz to {target_sr} Hz needs the `soxr` package, which is not installed: "
+            "run `pip install soxr`."
+        )
+    if not waveform.is_floating_point():
+        raise ValueError(f"Only floating point audio can be resampled, got dtype {waveform.dtype}.")
+    length = waveform.shape[-1]
+    target_length = math.ceil(length * target_sr / orig_sr)
+    if length == 0:
+        return waveform.new_zeros(*waveform.shape[:-1], 0)
+    compute_dtype = torch.float64 if waveform.dtype == torch.float64 else torch.float32
+    channels = waveform.detach().reshape(-1, length).to(device="cpu", dtype=compute_dtype)  # [C, N]
+    resampled = soxr.resample(np.ascontiguousarray(channels.numpy().T), orig_sr, target_sr)  # [~M, C]
+    resampled = torch.from_numpy(np.ascontiguousarray(resampled.T))  # [C, ~M]
+    # soxr rounds the output length; pad (with zeros, at most a sample) or crop to the exact length.
+    resampled = F.pad(resampled, (0, max(0, target_length - resampled.shape[-1])))[:, :target_length]  # [C, M]
+    return resampled.reshape(*waveform.shape[:-1], target_length).to(device=waveform.device, dtype=waveform.dtype)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# *** Higgs Audio v2 specific *** the residual VQ projects the 1024-wide features to the 64-wide codebooks and back
+# (X-Codec's quantizer has no projections). Same names as transformers' `HiggsAudioV2TokenizerVectorQuantization`.
+# ---------------------------------------------------------------------------------------------------------------
+class HiggsAudioV3VectorQuantization(XcodecVectorQuantization):
+    """One VQ level: `project_in` (hidden -> codebook_dim), X-Codec's Euclidean codebook, `project_out` (back)."""
+
+    def __init__(self, config: HiggsAudioV2TokenizerConfig):
+        super().__init__(config)
+        self.project_in = nn.Linear(config.hidden_size, config.codebook_dim)
+        self.project_out = nn.Linear(config.codebook_dim, config.hidden_size)
+
+    def encode(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """`[B, hidden, T]` -> codes `[B, T]`."""
+        return self.codebook.encode(self.project_in(hidden_states.transpose(1, 2)))  # [B, T, D] -> [B, T]
+
+    def decode(self, embed_ind: torch.Tensor) -> torch.Tensor:
+        """codes `[B, T]` -> `[B, hidden, T]`."""
+        return self.project_out(self.codebook.decode(embed_ind)).transpose(1, 2)  # [B, T, D] -> [B, hidden, T]
+
+
+class HiggsAudioV3ResidualVectorQuantization(XcodecResidualVectorQuantization):
+    """X-Codec's residual VQ (encode/decode loops unchanged) over projected levels."""
+
+    def __init__(self, config: HiggsAudioV2TokenizerConfig):
+        super().__init__(config)
+        self.quantizers = nn.ModuleList([HiggsAudioV3VectorQuantization(config) for _ in range(config.num_quantizers)])
+
+
+class HiggsAudioV3Codec(XcodecModel):
+    r"""
+    The Higgs Audio v2 tokenizer: 24 kHz mono audio <-> `num_quantizers` (8) codes per frame at 25 frames per second.
+
+    Derived from transformers' `XcodecModel`, whose `__init__`, `encode`, `decode` and `forward` do the work (ours
+    only add input checks and the Higgs VQ levels), with the state_dict names of `HiggsAudioV2TokenizerModel`; the
+    semantic feature extraction is overridden to resample with soxr instead of torchaudio. Build it with
+    [`~HiggsAudioV3Codec.from_codec_config`], which always returns it in fp32 (the transposed convolutions of the
+    decoder are unstable in bf16).
+
+    Frame count: `encode` maps `N` samples to `T = num_frames(N)` frames. The semantic branch sets it: `N` is
+    resampled to `M = ceil(N * 16000 / 24000)` samples, padded by 160 on each side and run through HuBERT's
+    convolutions (receptive field 400, stride 320), and every second HuBERT frame is kept, so for the real strides
+
+        T = floor((ceil(2 * N / 3) + 560) / 640)
+
+    which is `N / 960` when `N` is a multiple of 960 (and otherwise `ceil((N - 120) / 960)` up to the rounding of
+    the resample). `decode` maps `T` frames to exactly `T * 960` samples, so a clip whose length is a multiple of
+    960 comes back with its own length. `encode` needs at least `hop_length` (960) samples.
+
+    Example:
+
+    ```python
+    >>> import torch
+    >>> from higgs_v3.codec_higgs_v3 import HiggsAudioV3Codec, tiny_codec_config
+    >>> codec = HiggsAudioV3Codec.from_codec_config(tiny_codec_config()).eval()
+    >>> codes = codec.encode(torch.randn(1, 1, 24000))
+    >>> codes.shape
+    torch.Size([1, 8, 25])
+    >>> codec.decode(codes).shape
+    torch.Size([1, 1, 24000])
+    ```
+    """
+
+    config_class = HiggsAudioV2TokenizerConfig
+    config: HiggsAudioV2TokenizerConfig
+    base_model_prefix = "higgs_audio_v2_tokenizer"
+    _no_split_modules = ["HiggsAudioV3ResidualVectorQuantization"]
+    # The original checkpoint also stores HuBERT's `masked_spec_embed` (unused at inference, absent here).
+    _keys_to_ignore_on_load_unexpected = ["semantic_model.masked_spec_embed"]
+
+    def __init__(self, config: HiggsAudioV2TokenizerConfig):
+        super().__init__(config)
+        # *** Higgs Audio v2 specific *** projected VQ levels instead of X-Codec's plain ones; `post_init` again
+        # initializes only the new modules (the others are already marked initialized).
+        self.quantizer = HiggsAudioV3ResidualVectorQuantization(config)
+        self.post_init()
+
+    @classmethod
+    def from_codec_config(cls, codec_config: dict) -> HiggsAudioV3Codec:
+        """Build the codec (random weights, fp32) from a `HiggsAudioV2TokenizerConfig` dict, e.g. `REAL_CODEC_CONFIG`.
+
+        Also under a bf16 default dtype (as inside `from_pretrained(..., dtype=torch.bfloat16)`) the codec is created
+        in fp32, and the weight loader keeps the dtype of the parameters it fills.
+        """
+        return cls(build_codec_config(codec_config)).float()
+
+    # ------------------------------------------------------------------ sizes
+    @property
+    def sampling_rate(self) -> int:
+        """Sample rate of the audio `encode` reads and `decode` writes, in Hz (24000)."""
+        return self.config.sample_rate
+
+    @property
+    def hop_length(self) -> int:
+        """Samples per codec frame (960)."""
+        return self.config.hop_length
+
+    @property
+    def num_quantizers(self) -> int:
+        """Codebooks per frame (8 for the real config)."""
+        return self.config.num_quantizers
+
+    def num_frames(self, num_samples: int) -> int:
+        """Frames `encode` returns for `num_samples` samples: the length of the semantic branch (see the class doc)."""
+        length = math.ceil(num_samples * self.config.semantic_sample_rate / self.config.sample_rate)  # 16 kHz samples
+        length += 2 * (self.config.downsample_factor // 2)  # HuBERT input padding
+        semantic = self.config.semantic_model_config
+        for kernel, stride in zip(semantic.conv_kernel, semantic.conv_stride):
+            length = (length - kernel) // stride + 1  # HuBERT frames
+        return math.ceil(length / max(1, self.config.semantic_downsample_factor))
+
+    # ------------------------------------------------------------------ encode / decode
+    def _extract_semantic_features(self, input_values: torch.Tensor) -> torch.Tensor:
+        """HuBERT features at the codec frame rate: `[B, 1, N]` at 24 kHz -> `[B, T, semantic_hidden]`."""
+        # *** Higgs Audio v3 specific *** soxr instead of torchaudio for the resample; the rest as transformers'
+        # `HiggsAudioV2TokenizerModel._extract_semantic_features`.
+        input_values = resample_audio(input_values, self.config.sample_rate, self.config.semantic_sample_rate)
+        input_values = input_values[:, 0, :]  # [B, M] at 16 kHz
+        half_hop = self.config.downsample_factor // 2  # 160: half a HuBERT hop on each side, as transformers does
+        input_values = F.pad(input_values, (half_hop, half_hop))  # [B, M + 320]
+        with torch.no_grad():
+            hidden_states = self.semantic_model(input_values, output_hidden_states=True).hidden_states
+        semantic_features = torch.stack(hidden_states, dim=1).mean(dim=1)  # [B, frames, semantic_hidden]
+        return semantic_features[:, :: max(1, self.config.semantic_downsample_factor), :]  # [B, T, semantic_hidden]
+
+    @torch.no_grad()
+    def encode(
+        self, input_values: torch.Tensor, bandwidth: float | None = None, return_dict: bool | None = False
+    ) -> torch.LongTensor | XcodecEncoderOutput:
+        """Audio `[B, 1, N]` at 24 kHz -> codes `[B, num_quantizers, T]`, `T = num_frames(N)`, each in 0..1023.
+
+        The audio is cast to the codec's dtype. `bandwidth` (one of `config.target_bandwidths`, default the highest)
+        and `return_dict` are those of `XcodecModel.encode`.
+        """
+        if input_values.dim() != 3 or input_values.shape[1] != 1:
+            raise ValueError(
+                f"input_values must be mono audio of shape [batch, 1, samples] at {self.sampling_rate} Hz, got shape "
+                f"{tuple(input_values.shape)}."
+            )
+        if not input_values.is_floating_point():
+            raise ValueError(f"input_values must be floating point audio, got dtype {input_values.dtype}.")
+        if input_values.shape[-1] < self.hop_length:
+            raise ValueError(
+                f"input_values has {input_values.shape[-1]} samples; the codec needs at least hop_length="
+                f"{self.hop_length} samples (one frame): pad shorter clips with zeros."
+            )
+        input_values = input_values.to(self.fc.weight.dtype)
+        return super().encode(input_values, bandwidth=bandwidth, return_dict=return_dict)
+
+    def decode(
+        self, audio_codes: torch.LongTensor, return_dict: bool | None = False
+    ) -> torch.Tensor | XcodecDecoderOutput:
+        """Codes `[B, Q, T]` (`Q <= num_quantizers`, each in 0..codebook_size - 1) -> audio `[B, 1, T * hop_length]`.
+
+        `return_dict` is that of `XcodecModel.decode`.
+        """
+        if audio_codes.dim() != 3 or not 1 <= audio_codes.shape[1] <= self.num_quantizers:
+            raise ValueError(
+                "audio_codes must have shape [batch, codebooks, frames] with at most "
+                f"{self.num_quantizers} codebooks, got shape {tuple(audio_codes.shape)}."
+            )
+        if audio_codes.is_floating_point() or audio_codes.is_complex() or audio_codes.dtype == torch.bool:
+            raise ValueError(f"audio_codes must hold integer codes, got dtype {audio_codes.dtype}.")
+        if audio_codes.numel():
+            low, high = (int(value) for value in audio_codes.aminmax())  # one host sync per call
+            if low < 0 or high >= self.config.codebook_size:
+                raise ValueError(
+                    f"audio_codes must lie in 0..{self.config.codebook_size - 1}, got values in {low}..{high} "
+                    "(BOC/EOC codes of the delay pattern must be removed before decoding)."
+                )
+        return super().decode(audio_codes.long(), return_dict=return_dict)
+
+
+# Keys a codec config must carry: their transformers defaults differ from the real codec (e.g. `target_bandwidths`
+# would give 16 quantizers instead of 8, the default DAC ratios a hop of 320 instead of 960).
+REQUIRED_CODEC_CONFIG_KEYS: tuple[str, ...] = (
+    "acoustic_model_config",
+    "semantic_model_config",
+    "target_bandwidths",
+    "sample_rate",
+    "semantic_sample_rate",
+    "codebook_size",
+    "codebook_dim",
+    "downsample_factor",
+)
+REQUIRED_ACOUSTIC_CONFIG_KEYS: tuple[str, ...] = ("downsampling_ratios", "upsampling_ratios", "hidden_size")
+
+
+def build_codec_config(codec_config: dict) -> HiggsAudioV2TokenizerConfig:
+    """A `HiggsAudioV2TokenizerConfig` from a dict, always from the dict's own values (never the class defaults).
+
+    Works on transformers 5.5 (`sub_configs` + `CONFIG_MAPPING`) and 5.24 (`sub_configs_defaults`): both build the
+    sub-configs from dicts that carry a `model_type`. The dict is deep-copied (5.5 writes into the sub-config dicts).
+    """
+    if not isinstance(codec_config, dict):
+        raise TypeError(f"codec_config must be a dict, got {type(codec_config).__name__}.")
+    missing = [key for key in REQUIRED_CODEC_CONFIG_KEYS if key not in codec_config]
+    if missing:
+        raise ValueError(
+            f"codec_config lacks {missing}: the codec is always built from a complete config (the transformers "
+            "defaults differ from the real codec), e.g. `REAL_CODEC_CONFIG`."
+        )
+    config_dict = copy.deepcopy(codec_config)
+    for key, model_type in (("acoustic_model_config", "dac"), ("semantic_model_config", "hubert")):
+        sub = config_dict[key]
+        if not isinstance(sub, dict):
+            raise ValueError(f"codec_config[{key!r}] must be a dict (a {model_type} config), got {sub!r}.")
+        if sub.setdefault("model_type", model_type) != model_type:
+            raise ValueError(
+                f"codec_config[{key!r}] must be a {model_type!r} config, got model_type={sub['model_type']!r}."
+            )
+    missing = [key for key in REQUIRED_ACOUSTIC_CONFIG_KEYS if key not in config_dict["acoustic_model_config"]]
+    if missing:
+        raise ValueError(
+            f"codec_config['acoustic_model_config'] lacks {missing} (their DAC defaults differ from the codec's)."
+        )
+    return HiggsAudioV2TokenizerConfig(**config_dict)
+
+
+def tiny_codec_config() -> dict:
+    """A shrunk codec config for tests: real strides (24 kHz, hop 960, 8 quantizers, codebook 1024), tiny widths."""
+    return {
+        "acoustic_model_config": {
+            "model_type": "dac",
+            "codebook_dim": 4,
+            "codebook_size": 16,
+            "decoder_hidden_size": 64,
+            "downsampling_ratios": [8, 5, 4, 2, 3],
+            "encoder_hidden_size": 4,
+            "hidden_size": 16,
+            "hop_length": 960,
+            "n_codebooks": 1,
+            "quantizer_dropout": 0,
+            "sampling_rate": 16000,
+            "upsampling_ratios": [8, 5, 4, 2, 3],
+        },
+        "block_dilations": [1, 1],
+        "channel_ratios": [1, 1],
+        "codebook_dim": 8,
+        "codebook_size": 1024,
+        "downsample_factor": 320,
+        "initializer_range": 0.02,
+        "kernel_size": 3,
+        "model_type": "higgs_audio_v2_tokenizer",
+        "sample_rate": 24000,
+        "semantic_model_config": {
+            "model_type": "hubert",
+            "conv_bias": False,
+            "conv_dim": [16, 16, 16, 16, 16, 16, 16],
+            "conv_kernel": [10, 3, 3, 3, 3, 2, 2],
+            "conv_stride": [5, 2, 2, 2, 2, 2, 2],
+            "do_stable_layer_norm": False,
+            "feat_extract_norm": "group",
+            "feat_proj_layer_norm": True,
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "mask_time_prob": 0.0,
+            "num_attention_heads": 2,
+            "num_conv_pos_embedding_groups": 4,
+            "num_conv_pos_embeddings": 16,
+            "num_feat_extract_layers": 7,
+            "num_hidden_layers": 2,
+            "vocab_size": 32,
+        },
+        "semantic_sample_rate": 16000,
+        "strides": [1, 1],
+        "target_bandwidths": [0.5, 1, 1.5, 2],
+        "unit_kernel_size": 3,
+    }
+
+
+def codec_state_dict_names(codec_config: dict) -> list[str]:
+    """The codec's parameter and buffer names for `codec_config`, built on the meta device (no memory, no init)."""
+    with torch.device("meta"):
+        codec = HiggsAudioV3Codec.from_codec_config(codec_config)
+    return list(codec.state_dict().keys())
+
+
+__all__ = [
+    "REQUIRED_CODEC_CONFIG_KEYS",
+    "HiggsAudioV3Codec",
+    "HiggsAudioV3ResidualVectorQuantization",
+    "HiggsAudioV3VectorQuantization",
+    "build_codec_config",
+    "codec_state_dict_names",
+    "resample_audio",
+    "tiny_codec_config",
+]
