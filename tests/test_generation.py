@@ -339,3 +339,20 @@ def test_decode_step_under_torch_compile_matches_eager():
                               cache_implementation="static", compile_config=compile_config)
     assert torch.equal(eager, compiled)
     assert model._compiled_call is not None  # the compiled forward really ran
+
+
+def test_upstream_hooks_keep_the_shape_we_rely_on():
+    """The pieces of transformers' stock loop that our fenced overrides build on; this fails when upstream moves."""
+    import inspect
+
+    from transformers import GenerationMixin
+
+    processor_params = list(inspect.signature(GenerationMixin._get_logits_processor).parameters)
+    assert processor_params[:2] == ["self", "generation_config"]
+    sample_source = inspect.getsource(GenerationMixin._sample)
+    assert "outputs.logits[:, -1" in sample_source  # we hand it [batch * C, positions, codebook_size]
+    assert "generation_config.do_sample" in sample_source  # our sampler turns the draw into an argmax
+    assert "has_eos_stopping_criteria" in sample_source  # finished rows are padded when a criterion has eos
+    assert "pad_token_id * (1 - unfinished_sequences)" in sample_source
+    prepare_params = inspect.signature(GenerationMixin.prepare_inputs_for_generation).parameters
+    assert "input_ids" in prepare_params and any(p.kind == p.VAR_KEYWORD for p in prepare_params.values())
