@@ -169,6 +169,7 @@ def test_save_then_load_with_remote_code_in_fresh_process(tmp_path, dtype):
     torch.save(reference, tmp_path / "expected.pt")
     result = _run(f"""
         import torch
+        torch.set_num_threads({torch.get_num_threads()})  # same reduction order as this process
         from transformers import AutoModel, AutoModelForTextToWaveform
         model, info = AutoModel.from_pretrained({str(tmp_path / 'repo')!r}, trust_remote_code=True,
                                                 dtype=torch.{dtype}, output_loading_info=True,

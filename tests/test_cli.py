@@ -1,0 +1,399 @@
+# Copyright 2026 the higgs-v3 authors. Licensed under the Apache License, Version 2.0.
+"""The `higgs-v3` console script, end to end in a subprocess on the tiny random model: the README command, long text
+from stdin, a dialogue, and the error cases (exit code 2, one line on stderr, no traceback). Expected lengths come from
+the generated codes saved next to the wav (`--save-codes`) and from the chunker; the written audio is compared with
+the codec's own decoding of those codes.
+
+Every subprocess pays the package import (several seconds on 2 shared cores), so the default run keeps the README
+command and the four main error cases in a subprocess and runs the long-text and dialogue commands and every error
+message through `main(argv)` in-process; the same commands in a subprocess are marked slow.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+import torch
+from safetensors import safe_open
+
+from higgs_v3 import cli_higgs_v3
+from higgs_v3.audio_io_higgs_v3 import HiggsAudioV3Voice
+from higgs_v3.cli_higgs_v3 import TINY_RANDOM_MAX_SECONDS, ensure_tiny_random, main
+from higgs_v3.longform_higgs_v3 import split_text
+
+
+SR, SPF = 24000, 960
+PCM16_TOLERANCE = 2 / 32768  # a 16-bit wav: rounding plus libsndfile's 32767 vs 32768 scaling
+SCRIPT = Path(sys.executable).with_name("higgs-v3")
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    """A private cache holding the tiny random model (built once, in-process) for every subprocess of this module."""
+    directory = tmp_path_factory.mktemp("higgs_cache")
+    patch = pytest.MonkeyPatch()
+    patch.setenv("HIGGS_V3_CACHE", str(directory))
+    patch.delenv("HIGGS_V3_TINY_RANDOM", raising=False)
+    patch.delenv("HIGGS_V3_MODEL", raising=False)
+    ensure_tiny_random()
+    yield directory
+    patch.undo()
+
+
+@pytest.fixture(scope="module")
+def tiny_model(cache):
+    from higgs_v3.modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
+
+    return HiggsAudioV3ForConditionalGeneration.from_pretrained(str(cache / "tiny-random")).eval()
+
+
+def run(args: list[str], cwd: Path, stdin: str | None = None, **env) -> subprocess.CompletedProcess:
+    environment = {**os.environ, "HF_HUB_OFFLINE": "1", "HIGGS_V3_DEBUG": "", **env}
+    return subprocess.run(
+        [str(SCRIPT), *args], cwd=cwd, input=stdin, capture_output=True, text=True, timeout=600, env=environment
+    )
+
+
+@pytest.fixture(params=["in-process", pytest.param("subprocess", marks=pytest.mark.slow)])
+def runner(request, cache, monkeypatch, capsys):
+    """Runs the command line in a subprocess (slow: each pays the package import) or as `main(argv)` in this process
+    (library logging settings left alone); returns `(exit code, stdout, stderr)`."""
+    if request.param == "subprocess":
+        def call(args, cwd, stdin=None):
+            result = run(args, cwd=cwd, stdin=stdin)
+            return result.returncode, result.stdout, result.stderr
+        return call
+
+    def call(args, cwd, stdin=None):
+        monkeypatch.chdir(cwd)
+        if stdin is not None:
+            monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin.encode("utf-8"))))
+        capsys.readouterr()
+        code = main_restoring_library_settings(list(args))
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    return call
+
+
+def main_restoring_library_settings(argv: list[str]) -> int:
+    """`main(argv)`, then the logging levels, warning filters and progress bars the command changed are restored."""
+    import logging
+    import warnings
+
+    import huggingface_hub.utils
+    from transformers.utils import logging as transformers_logging
+
+    verbosity = transformers_logging.get_verbosity()
+    own_level = logging.getLogger("higgs_v3").level
+    bars = transformers_logging.is_progress_bar_enabled()
+    hub_bars = not huggingface_hub.utils.are_progress_bars_disabled()
+    try:
+        with warnings.catch_warnings():
+            return main(argv)
+    finally:
+        transformers_logging.set_verbosity(verbosity)
+        logging.getLogger("higgs_v3").setLevel(own_level)
+        if bars:
+            transformers_logging.enable_progress_bar()
+        if hub_bars:
+            huggingface_hub.utils.enable_progress_bars()
+
+
+def read_codes(path: Path) -> tuple[torch.Tensor, list[int], dict]:
+    with safe_open(str(path), framework="pt") as f:
+        return f.get_tensor("codes"), f.get_tensor("chunk_frames").tolist(), f.metadata()
+
+
+def read_wav(path: Path) -> np.ndarray:
+    samples, rate = soundfile.read(str(path), dtype="float32")
+    assert rate == SR and samples.ndim == 1
+    return samples
+
+
+def assert_clean_success(code: int, err: str) -> None:
+    assert code == 0, err
+    assert "Traceback" not in err and "Warning" not in err, err
+
+
+# ------------------------------------------------------------------------------------------ success, subprocess
+def test_console_script_is_installed():
+    assert SCRIPT.is_file(), f"{SCRIPT} is missing: reinstall with `pip install -e .`"
+
+
+def test_readme_command(cache, tiny_model, tmp_path):
+    """`higgs-v3 speak --model tiny-random "Hello world" -o hello.wav`: the wav holds exactly the generated frames
+    (at most the demo model's 3 s limit) and equals the codec's decoding of the saved codes."""
+    result = run(["speak", "--model", "tiny-random", "Hello world", "-o", "hello.wav", "--seed", "5",
+                  "--save-codes", "codes.safetensors"], cwd=tmp_path)
+    assert_clean_success(result.returncode, result.stderr)
+    codes, (frames,), metadata = read_codes(tmp_path / "codes.safetensors")
+    (finished,) = json.loads(metadata["finished"])
+    assert 0 < frames <= TINY_RANDOM_MAX_SECONDS * 25 and codes.shape == (frames, 8)
+    assert finished or frames == TINY_RANDOM_MAX_SECONDS * 25
+    assert json.loads(metadata["texts"]) == ["Hello world"]
+    audio = read_wav(tmp_path / "hello.wav")
+    assert audio.shape == (frames * SPF,)
+    with torch.no_grad():
+        decoded = tiny_model.codec.decode(codes.T[None]).reshape(-1).numpy()
+    assert np.abs(audio - np.clip(decoded, -1, 1)).max() <= PCM16_TOLERANCE
+    limit = "no chunk hit the 3 s limit" if finished else "1 of 1 chunk hit the 3 s limit: 1"
+    assert re.fullmatch(
+        rf"Wrote hello\.wav: {frames / 25:.2f} s of audio \(1 chunk, seed 5\) in \d+\.\d\d s, RTF \d+\.\d\d; "
+        rf"{limit}\.\nAlso wrote codes in codes\.safetensors\.\n",
+        result.stdout,
+    ), result.stdout
+    # The progress bar on stderr: seconds of audio and the real-time factor.
+    assert f"{frames / 25:.1f} s of audio" in result.stderr
+    assert re.search(r"1/1 chunks done, RTF \d+\.\d\d", result.stderr)
+
+
+def test_long_text_from_stdin(runner, tmp_path):
+    text = ("The first sentence is short. The second sentence is a little longer than that. "
+            "第三句是中文。<|emotion:elation|>And the last one is happy!")
+    chunks = split_text(text, 30)
+    assert len(chunks) >= 4
+    code, out, err = runner(["speak", "-", "--model", "tiny-random", "-o", "long.flac", "--max-chars", "30",
+                             "--max-seconds", "0.2", "--pause", "0.1", "--batch-size", "2", "--seed", "1",
+                             "--save-codes", "c.safetensors", "--save-voice", "voice.json"], cwd=tmp_path, stdin=text)
+    assert_clean_success(code, err)
+    codes, chunk_frames, metadata = read_codes(tmp_path / "c.safetensors")
+    assert json.loads(metadata["texts"]) == chunks
+    assert json.loads(metadata["seeds"]) == list(range(1, 1 + len(chunks)))
+    assert len(chunk_frames) == len(chunks) and codes.shape == (sum(chunk_frames), 8)
+    audio, rate = soundfile.read(str(tmp_path / "long.flac"), dtype="float32")
+    assert rate == SR and audio.shape == (sum(chunk_frames) * SPF + (len(chunks) - 1) * round(0.1 * SR),)
+    # Without a user reference, the first chunk is the voice of the rest (and is what --save-voice writes).
+    voice = HiggsAudioV3Voice.load(tmp_path / "voice.json")
+    assert voice.text == chunks[0] and torch.equal(voice.codes, codes[: chunk_frames[0]])
+    assert f"({len(chunks)} chunks, seed 1)" in out
+    finished = json.loads(metadata["finished"])
+    assert all(done or frames == 5 for done, frames in zip(finished, chunk_frames))  # the limit: 0.2 s = 5 frames
+    hit = [i + 1 for i, done in enumerate(finished) if not done]
+    limit = f"{len(hit)} of {len(chunks)} chunks hit the 0.2 s limit: {', '.join(map(str, hit))}." if hit else \
+        "no chunk hit the 0.2 s limit."
+    assert out.splitlines()[0].endswith(limit), out
+
+
+def test_dialogue_with_a_clip_and_a_saved_voice(runner, tmp_path):
+    clip = tmp_path / "ann.wav"
+    soundfile.write(str(clip), (0.3 * np.sin(np.arange(int(1.5 * 16000)) / 5)).astype(np.float32), 16000)
+    HiggsAudioV3Voice(codes=torch.randint(0, 1024, (6, 8), generator=torch.Generator().manual_seed(0))).save(
+        tmp_path / "bob.safetensors"
+    )
+    (tmp_path / "play.txt").write_text(
+        "[Ann] Hello Bob: how are you?\n[Bob] <|emotion:elation|>Great, thanks!\n[Ann] Fine.\n", encoding="utf-8"
+    )
+    code, out, err = runner(["speak", "--dialogue", "--text-file", "play.txt", "--model", "tiny-random",
+                             "--voice", f"Ann={clip}:Hi: I am Ann.", "--voice", "Bob=bob.safetensors", "-o", "play.wav",
+                             "--max-seconds", "0.2", "--pause", "0.5", "--split-dir", "lines", "--save-codes",
+                             "c.safetensors", "--no-progress"], cwd=tmp_path)
+    assert_clean_success(code, err)
+    assert err == ""  # --no-progress
+    _, chunk_frames, metadata = read_codes(tmp_path / "c.safetensors")
+    assert json.loads(metadata["speakers"]) == ["Ann", "Bob", "Ann"] and len(chunk_frames) == 3
+    assert read_wav(tmp_path / "play.wav").shape == (sum(chunk_frames) * SPF + 2 * round(0.5 * SR),)
+    names = ["001_Ann.wav", "002_Bob.wav", "003_Ann.wav"]
+    assert sorted(p.name for p in (tmp_path / "lines").iterdir()) == names
+    for name, frames in zip(names, chunk_frames):
+        assert read_wav(tmp_path / "lines" / name).shape == (frames * SPF,)
+    assert "Also wrote codes in c.safetensors, 3 files in lines." in out
+
+
+# -------------------------------------------------------------------------------------------- errors, subprocess
+ERROR_CASES = {
+    "missing text file": (["speak", "--text-file", "nope.txt", "--model", "tiny-random"],
+                          "higgs-v3: error: Text file 'nope.txt' does not exist."),
+    "empty text": (["speak", "  \n ", "--model", "tiny-random"],
+                   "higgs-v3: error: The text is empty; there is nothing to speak."),
+    "unknown tag": (["speak", "Hi. <|emotion:happy|>Yes.", "--model", "tiny-random"],
+                    "higgs-v3: error: Unknown control tag '<|emotion:happy|>' in the text; it would be read aloud. "
+                    "Closest valid tags: "),
+    "unknown model": (["speak", "Hello", "--model", "no-such-model"],
+                      "higgs-v3: error: Unknown model 'no-such-model': it is not 'tiny-random', an existing folder, or a "
+                      "Hub repo id (owner/name)."),
+}
+SLOW_ERROR_CASES = {
+    "unreachable hub model": (["speak", "Hello", "--model", "someone/no-such-model"],
+                              "higgs-v3: error: Unknown model 'someone/no-such-model': not 'tiny-random' nor a local "
+                              "folder, and the Hub repo could not be reached ("),
+    "missing reference": (["speak", "Hello", "--model", "tiny-random", "--ref-audio", "missing.wav"],
+                          "higgs-v3: error: Reference audio file 'missing.wav' does not exist."),
+    "unreadable reference": (["speak", "Hello", "--model", "tiny-random", "--ref-audio", "fake.wav"],
+                             "higgs-v3: error: Reference audio file 'fake.wav' is not readable audio ("),
+    "speaker without voice": (["speak", "--dialogue", "[Ann] Hi.\n[Bob] Hey.", "--model", "tiny-random"],
+                              "higgs-v3: error: Speaker 'Ann' (line 1) has no voice; give one per speaker"),
+    "bad option": (["speak", "Hello", "--max-seconds", "0"],
+                   "higgs-v3 speak: error: argument --max-seconds: --max-seconds must be more than zero, got '0' "
+                   "(see higgs-v3 speak --help)"),
+    "missing output folder": (["speak", "Hello", "--model", "tiny-random", "-o", "no/such/dir/x.wav"],
+                              "higgs-v3: error: Cannot write the audio file 'no/such/dir/x.wav': the folder "),
+}
+
+
+def check_error(result: subprocess.CompletedProcess, expected: str) -> None:
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    assert result.stdout == ""
+    # One line; the only other line allowed is the notice of a (re)build of the cached tiny model.
+    lines = [line for line in result.stderr.splitlines() if not line.startswith("Building the tiny random demo model")]
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert lines[0].startswith(expected), lines[0]
+
+
+@pytest.mark.parametrize("case", sorted(ERROR_CASES))
+def test_errors_in_a_subprocess(cache, tmp_path, case):
+    args, expected = ERROR_CASES[case]
+    check_error(run(args, cwd=tmp_path), expected)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(SLOW_ERROR_CASES))
+def test_more_errors_in_a_subprocess(cache, tmp_path, case):
+    (tmp_path / "fake.wav").write_text("not audio")
+    args, expected = SLOW_ERROR_CASES[case]
+    check_error(run(args, cwd=tmp_path), expected)
+
+
+# ----------------------------------------------------------------------------------------- errors, in-process
+@pytest.fixture
+def in_process(cache, tmp_path, monkeypatch, capsys):
+    """`main(argv)` in this process (no import cost), restoring the library settings it changes."""
+    monkeypatch.chdir(tmp_path)
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # read at import time, so patched here
+    (tmp_path / "fake.wav").write_text("not audio")
+    (tmp_path / "latin1.txt").write_bytes("caf\xe9 au lait".encode("latin-1"))
+    soundfile.write(str(tmp_path / "clip.wav"), np.zeros(24000, dtype=np.float32), 24000)
+
+    def call(*args: str) -> tuple[int, str, str]:
+        code = main_restoring_library_settings(list(args))
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    return call
+
+
+IN_PROCESS_ERRORS = {
+    **ERROR_CASES,
+    **SLOW_ERROR_CASES,
+    "both text sources": (["speak", "Hi", "--text-file", "x.txt"],
+                          "higgs-v3: error: Give the text either as an argument or with --text-file, not both."),
+    "no text": (["speak", "--model", "tiny-random"], "higgs-v3: error: No text: give TEXT, --text-file FILE, or '-' to read stdin."),
+    "not utf-8": (["speak", "--text-file", "latin1.txt"],
+                  "higgs-v3: error: Could not read text file 'latin1.txt' as UTF-8 text (invalid continuation byte at byte 3)."),
+    "ref text alone": (["speak", "Hi", "--ref-text", "Hello"],
+                       "higgs-v3: error: --ref-text is the transcript of a reference clip; give --ref-audio (or --voice) as well."),
+    "missing voice file": (["speak", "Hi", "--voice", "v.safetensors"], "higgs-v3: error: Voice file 'v.safetensors' does not exist."),
+    "dialogue voice syntax": (["speak", "--dialogue", "[Ann] Hi.", "--voice", "clip.wav"],
+                              "higgs-v3: error: --voice 'clip.wav': with --dialogue each voice is Name=clip.wav[:transcript] "
+                              "or Name=voice.safetensors."),
+    "dialogue missing clip": (["speak", "--dialogue", "[Ann] Hi.", "--voice", "Ann=gone.wav:Hello"],
+                              "higgs-v3: error: Voice file or reference clip 'gone.wav' for speaker 'Ann' does not exist."),
+    "dialogue unreadable clip": (["speak", "--dialogue", "[Ann] Hi.", "--voice", "Ann=fake.wav"],
+                                 "higgs-v3: error: Reference clip 'fake.wav' for speaker 'Ann' is not readable audio ("),
+    "dialogue stranger voice": (["speak", "--dialogue", "[Ann] Hi.", "--voice", "Ann=clip.wav", "--voice", "Bo=clip.wav"],
+                                "higgs-v3: error: Voices were given for 'Bo', who never speak; the script's speakers are 'Ann'."),
+    "dialogue no speaker": (["speak", "--dialogue", "Hi.\n[Ann] Yo."],
+                            "higgs-v3: error: Dialogue line 1 ('Hi.') has no speaker; every line of a dialogue script"),
+    "dialogue unknown tag": (["speak", "--dialogue", "[Ann] Hi.\n[Ann] <|sfx:laugh|>Ha.", "--voice", "Ann=clip.wav",
+                              "--model", "tiny-random"],
+                             "higgs-v3: error: Unknown control tag '<|sfx:laugh|>' in dialogue line 2"),
+    "ref text tag": (["speak", "Hi", "--ref-audio", "clip.wav", "--ref-text", "<|oops|>", "--model", "tiny-random"],
+                     "higgs-v3: error: Unknown control tag '<|oops|>' in the reference text"),
+    "bad extension": (["speak", "Hi", "-o", "x.mp9"],
+                      "higgs-v3: error: Cannot write audio file 'x.mp9': unknown extension .mp9; use .wav, .flac or .ogg."),
+    "bad codes name": (["speak", "Hi", "--save-codes", "c.npz"],
+                       "higgs-v3: error: The codes file 'c.npz' must end with .safetensors."),
+    "model is a file": (["speak", "Hi", "--model", "clip.wav"],
+                        "higgs-v3: error: Model 'clip.wav' is a file; give a folder with a checkpoint (config.json), a Hub "
+                        "repo id or 'tiny-random'."),
+    "model folder without config": (["speak", "Hi", "--model", "."],
+                                    "higgs-v3: error: Model folder '.' has no config.json; give a folder with a converted "
+                                    "or original Higgs Audio v3 checkpoint."),
+    "bad top-p": (["speak", "Hi", "--top-p", "1.5"],
+                  "higgs-v3 speak: error: argument --top-p: --top-p must be in (0, 1], got '1.5' (see higgs-v3 speak --help)"),
+    "no command": ([], "usage: higgs-v3"),
+    "convert bad input": (["convert", "--input", "no/such/dir", "--output", "out"],
+                          "error: The input 'no/such/dir' is neither an existing folder nor a Hub repo id"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(IN_PROCESS_ERRORS))
+def test_error_messages(in_process, case):
+    args, expected = IN_PROCESS_ERRORS[case]
+    code, out, err = in_process(*args)
+    assert code == 2, err
+    assert out == "" and "Traceback" not in err
+    assert err.startswith(expected), err
+    if case != "no command":  # the bare command prints its help
+        assert len(err.splitlines()) == 1, err
+
+
+# ----------------------------------------------------------------------------------------- other commands
+def test_make_tiny_and_tags(in_process, tmp_path):
+    from higgs_v3.processing_higgs_v3 import HiggsAudioV3Processor
+
+    code, out, _ = in_process("make-tiny", "demo")
+    assert code == 0 and out.startswith("Wrote the tiny random Higgs Audio v3 model to demo")
+    generation = json.loads((tmp_path / "demo" / "generation_config.json").read_text())
+    assert generation["max_new_tokens"] == TINY_RANDOM_MAX_SECONDS * 25 + 7
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "processor_config.json"):
+        assert (tmp_path / "demo" / name).is_file()
+    code, out, _ = in_process("tags", "--model", "demo")
+    expected = HiggsAudioV3Processor.from_pretrained(str(tmp_path / "demo")).valid_tags()
+    assert code == 0 and out.splitlines() == expected and "<|emotion:anger|>" in expected
+
+
+def test_tiny_random_is_built_once(cache, monkeypatch):
+    target = cache / "tiny-random"
+    stamp = target / ".higgs_v3_tiny_random"
+    before = (stamp.stat().st_mtime_ns, (target / "model.safetensors").stat().st_mtime_ns)
+    assert ensure_tiny_random() == target
+    assert (stamp.stat().st_mtime_ns, (target / "model.safetensors").stat().st_mtime_ns) == before
+    monkeypatch.setenv("HIGGS_V3_TINY_RANDOM", str(cache / "elsewhere"))
+    assert cli_higgs_v3.tiny_random_dir() == cache / "elsewhere"
+
+
+@pytest.mark.slow
+def test_convert_then_speak_with_the_converted_model(cache, tmp_path):
+    """make-tiny --original, convert it with the delegated converter, speak with the converted folder."""
+    assert run(["make-tiny", "--original", "orig"], cwd=tmp_path).returncode == 0
+    converted = run(["convert", "--input", "orig", "--output", "conv"], cwd=tmp_path)
+    assert converted.returncode == 0, converted.stderr
+    result = run(["speak", "Hello there.", "--model", "conv", "-o", "x.wav", "--max-seconds", "0.2", "--seed", "0",
+                  "--save-codes", "c.safetensors"], cwd=tmp_path)
+    assert_clean_success(result.returncode, result.stderr)
+    _, (frames,), _ = read_codes(tmp_path / "c.safetensors")
+    assert 0 < frames <= 5 and read_wav(tmp_path / "x.wav").shape == (frames * SPF,)
+    shutil.rmtree(tmp_path / "conv")
+
+
+def test_voice_specs_split_path_and_transcript(tmp_path, monkeypatch):
+    """The clip is the whole spec when it is a file, else the shortest prefix before a ':' that is one."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("a.wav", "odd:name.wav", "v.safetensors"):
+        (tmp_path / name).write_bytes(b"x")
+    voices = cli_higgs_v3._parse_dialogue_voices(
+        ["Ann=a.wav:Hi: I am Ann.", "Bob=v.safetensors", "Cy=odd:name.wav", "Di=odd:name.wav:Yes."]
+    )
+    assert voices == {
+        "Ann": ("a.wav", "Hi: I am Ann."),
+        "Bob": ("v.safetensors", None),
+        "Cy": ("odd:name.wav", None),
+        "Di": ("odd:name.wav", "Yes."),
+    }
+    with pytest.raises(cli_higgs_v3.CliError, match=re.escape("--voice gives speaker 'Ann' twice.")):
+        cli_higgs_v3._parse_dialogue_voices(["Ann=a.wav", "Ann=v.safetensors"])
+    with pytest.raises(cli_higgs_v3.CliError, match=re.escape("--voice 'Ann=': with --dialogue each voice is")):
+        cli_higgs_v3._parse_dialogue_voices(["Ann="])
