@@ -795,6 +795,7 @@ def official_generation_config(config: HiggsAudioV3Config) -> GenerationConfig:
         top_k=None,
         top_p=None,
         max_new_tokens=2048,
+        use_cache=True,
         bos_token_id=config.bos_token_id,
         eos_token_id=config.eos_token_id,
         pad_token_id=config.pad_token_id,

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import torch
 from transformers import GenerationConfig, GenerationMixin, LogitsProcessor, LogitsProcessorList, StoppingCriteria
-from transformers.generation.stopping_criteria import StoppingCriteriaList
+from transformers.generation.stopping_criteria import EosTokenCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 from transformers.utils import ModelOutput, logging
 
@@ -158,10 +158,13 @@ def _mix32(x: torch.Tensor) -> torch.Tensor:
     return x ^ (x >> 16)
 
 
-def counter_uniform(seeds: torch.LongTensor, step: int, codebook: torch.LongTensor, num_codebooks: int) -> torch.Tensor:
+def counter_uniform(
+    seeds: torch.LongTensor, step: int | torch.LongTensor, codebook: torch.LongTensor, num_codebooks: int
+) -> torch.Tensor:
     """Uniform numbers in [0, 1) keyed by (seed, step, codebook): the same key gives the same number on any batch.
 
-    `seeds` and `codebook` are `[rows]`; returns float32 `[rows]` with 24 random bits.
+    `seeds`, `step` and `codebook` broadcast together (e.g. `[rows]`, an int, `[rows]`); returns float32 with 24
+    random bits in the broadcast shape.
     """
     seed_low = seeds & _MASK32
     seed_high = (seeds >> 32) & _MASK32
@@ -179,17 +182,19 @@ class HiggsAudioV3SeededSampler(LogitsProcessor):
     has its own seed; the uniform for (sequence, step, codebook) does not depend on the other sequences.
     """
 
-    def __init__(self, seeds: torch.LongTensor, num_codebooks: int, prompt_length: int):
-        self.row_seeds = seeds.repeat_interleave(num_codebooks)  # [B*C]
-        self.num_codebooks = num_codebooks
+    def __init__(self, seeds: torch.LongTensor, num_codebooks: int, prompt_length: int, max_new_tokens: int):
         self.prompt_length = prompt_length
-        self.codebook = torch.arange(self.row_seeds.shape[0], device=seeds.device) % num_codebooks  # [B*C]
+        row_seeds = seeds.repeat_interleave(num_codebooks)[None, :]  # [1, B*C]
+        codebook = (torch.arange(row_seeds.shape[1], device=seeds.device) % num_codebooks)[None, :]  # [1, B*C]
+        steps = torch.arange(max_new_tokens, device=seeds.device)[:, None]  # [S, 1]
+        # Every uniform of the call, computed once: [S, B*C] (2048 x 16 x 8 floats = 1 MiB).
+        self.uniforms = counter_uniform(row_seeds, steps, codebook, num_codebooks)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         step = input_ids.shape[1] - self.prompt_length
         probs = torch.softmax(scores.float(), dim=-1)  # [B*C, V]
         cdf = probs.cumsum(dim=-1)  # [B*C, V]
-        uniform = counter_uniform(self.row_seeds, step, self.codebook, self.num_codebooks).to(cdf.device)
+        uniform = self.uniforms[min(step, self.uniforms.shape[0] - 1)].to(cdf.device)  # [B*C]
         target = (uniform[:, None] * cdf[:, -1:]).contiguous()  # [B*C, 1], strictly below the total mass
         drawn = torch.searchsorted(cdf, target, right=True).clamp_(max=scores.shape[-1] - 1)  # first cdf > target
         return torch.full_like(scores, -float("inf")).scatter_(1, drawn, 0.0)
@@ -223,8 +228,7 @@ class HiggsAudioV3StoppingCriteria(StoppingCriteria):
         step = input_ids.shape[1] - self.prompt_length - 1  # index of the row just emitted (Python int)
         if self.num_codebooks <= step < self.max_new_tokens:
             codebook0 = input_ids[:: self.num_codebooks, -1]  # [B]: rows b * C of the stock loop
-            first = (codebook0 == self.eos_token_id) & (self.eoc_step == self._NOT_YET)
-            self.eoc_step = torch.where(first, step, self.eoc_step)
+            self.eoc_step = torch.minimum(self.eoc_step, torch.where(codebook0 == self.eos_token_id, step, self._NOT_YET))
             self.done = (self.eoc_step <= step - (self.num_codebooks - 2)).repeat_interleave(self.num_codebooks)
         return self.done  # [B*C]
 
@@ -260,6 +264,7 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
             top_k=None,
             top_p=None,
             max_new_tokens=2048,
+            use_cache=True,
             bos_token_id=self.config.bos_token_id,
             eos_token_id=self.config.eos_token_id,
             pad_token_id=self.config.pad_token_id,
@@ -329,6 +334,9 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
                 generation_config = self._default_audio_generation_config()
         generation_config = copy.deepcopy(generation_config)
         model_kwargs = generation_config.update(**kwargs)
+        if generation_config.max_new_tokens is None:
+            # e.g. transformers 5.5's text-to-speech pipeline, which drops it when it sets max_length
+            generation_config.max_new_tokens = self.generation_config.max_new_tokens or 2048
         self._check_generation_options(generation_config)
 
         num_codebooks = self.config.num_codebooks
@@ -350,7 +358,9 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         )
         if generation_config.do_sample:
             own_processors.append(
-                HiggsAudioV3SeededSampler(self._sequence_seeds(seed, batch_size, device), num_codebooks, prompt_length)
+                HiggsAudioV3SeededSampler(
+                    self._sequence_seeds(seed, batch_size, device), num_codebooks, prompt_length, max_new_tokens
+                )
             )
         stopper = HiggsAudioV3StoppingCriteria(
             batch_size, num_codebooks, self.config.audio_eoc_token_id, prompt_length, max_new_tokens, device
@@ -476,6 +486,15 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
             # The sampler already drew: the stock loop's argmax reads its one-hot scores.
             generation_config.do_sample = False
         return ordered
+        # *** end Higgs v3 specific ***
+
+    def _get_stopping_criteria(self, *args, **kwargs) -> StoppingCriteriaList:
+        # *** Higgs v3 specific: generate() refills the text eos id from the model's generation config; an
+        # end-of-text check can never fire on audio codes, so it is dropped when our criterion is in the list ***
+        criteria = super()._get_stopping_criteria(*args, **kwargs)
+        if any(isinstance(c, HiggsAudioV3StoppingCriteria) for c in criteria):
+            criteria = StoppingCriteriaList([c for c in criteria if not isinstance(c, EosTokenCriteria)])
+        return criteria
         # *** end Higgs v3 specific ***
 
     def prepare_inputs_for_generation(

@@ -452,6 +452,21 @@ def random_lm_tensor(name: str, shape: tuple[int, ...], generator, dtype=None):
     return values.to(dtype)
 
 
+def randomize_codebooks(codec) -> None:
+    """Give a freshly built codec random VQ codebooks (in place; uses torch's global RNG). X-Codec initialises them
+    to zeros, which would encode every frame to code 0 and make every code decode alike: tests would check nothing."""
+    import torch
+
+    for name, buffer in codec.named_buffers():
+        if name.endswith("codebook.embed"):
+            buffer.copy_(torch.randn_like(buffer))
+    for name, buffer in codec.named_buffers():
+        if name.endswith("codebook.embed_avg"):
+            buffer.copy_(codec.get_buffer(name[: -len("_avg")]))
+        elif name.endswith("codebook.cluster_size"):
+            buffer.fill_(1.0)
+
+
 def tiny_codec_tensors(codec_config: dict, seed: int = 0) -> dict:
     """The codec's tensors for the original checkpoint (without the prefix): a freshly initialised
     `HiggsAudioV3Codec` (seeded, so identical on every run) plus `semantic_model.masked_spec_embed`, all in bf16."""
@@ -462,6 +477,7 @@ def tiny_codec_tensors(codec_config: dict, seed: int = 0) -> dict:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         codec = HiggsAudioV3Codec.from_codec_config(codec_config)
+        randomize_codebooks(codec)
         semantic_hidden = codec_config["semantic_model_config"]["hidden_size"]
         masked_spec_embed = torch.rand(semantic_hidden)
     tensors = {name: value.detach().to(torch.bfloat16).contiguous() for name, value in codec.state_dict().items()}
@@ -575,6 +591,8 @@ def make_tiny_random_model(directory: str | os.PathLike, *, seed: int = 0, with_
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = HiggsAudioV3ForConditionalGeneration(tiny_config(with_codec=with_codec)).eval()
+        if model.codec is not None:
+            randomize_codebooks(model.codec)
     import shutil
 
     from .convert_checkpoint import official_generation_config, remote_code_files, save_processor_files
@@ -614,6 +632,7 @@ if __name__ == "__main__":
 
 __all__ = [
     "ADDED_TOKENS",
+    "randomize_codebooks",
     "CHAT_TEMPLATE",
     "CODEC_EXTRA_KEY",
     "CODEC_PREFIX",

@@ -356,3 +356,18 @@ def test_upstream_hooks_keep_the_shape_we_rely_on():
     assert "pad_token_id * (1 - unfinished_sequences)" in sample_source
     prepare_params = inspect.signature(GenerationMixin.prepare_inputs_for_generation).parameters
     assert "input_ids" in prepare_params and any(p.kind == p.VAR_KEYWORD for p in prepare_params.values())
+
+
+def test_text_eos_check_is_dropped_from_audio_generation(model):
+    from transformers import GenerationConfig
+    from transformers.generation.stopping_criteria import EosTokenCriteria, StoppingCriteriaList
+
+    from higgs_v3.generation_higgs_v3 import HiggsAudioV3StoppingCriteria
+
+    ours = HiggsAudioV3StoppingCriteria(1, C, EOC, 5, 10, torch.device("cpu"))
+    config = GenerationConfig(eos_token_id=151643, max_length=30)
+    config._eos_token_tensor = torch.tensor([151643])  # what generate() prepares before asking for criteria
+    criteria = model._get_stopping_criteria(generation_config=config, stopping_criteria=StoppingCriteriaList([ours]))
+    assert ours in criteria and not any(isinstance(c, EosTokenCriteria) for c in criteria)
+    text_only = model._get_stopping_criteria(generation_config=config, stopping_criteria=StoppingCriteriaList())
+    assert any(isinstance(c, EosTokenCriteria) for c in text_only)  # untouched outside audio generation

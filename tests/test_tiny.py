@@ -545,6 +545,12 @@ def test_tiny_random_model_loads_with_remote_code(tmp_path):
     ids = torch.tensor([[151667, 151672, 9707, 151670]])
     logits = model(input_ids=ids).logits
     assert logits.shape == (1, 4, 8, 1026)
+    # Random codebooks: a clip encodes to varied codes, and different codes decode to different audio.
+    torch.manual_seed(0)
+    codes = model.codec.encode(torch.randn(1, 1, 960 * 6) * 0.3)
+    assert codes.shape == (1, 8, 6) and len(set(codes.flatten().tolist())) > 8
+    quiet = model.codec.decode(torch.zeros(1, 8, 6, dtype=torch.long))
+    assert not torch.equal(model.codec.decode(codes), quiet)
     # Byte-identical tensors from the same seed.
     again = make_tiny_random_model(tmp_path / "again")
     assert (again / "model.safetensors").read_bytes() == (directory / "model.safetensors").read_bytes()
