@@ -645,7 +645,7 @@ def summary_line(output: str, result, seed: int, config) -> str:
 def cmd_convert(argv: list[str]) -> int:
     from .convert_checkpoint import main as convert_main
 
-    code = convert_main(argv)
+    code = convert_main(argv, prog="higgs-v3 convert")
     return EXIT_ERROR if code not in (0, None) else 0
 
 

@@ -202,8 +202,11 @@ class HiggsAudioV3Config(Qwen3Config):
     # ------------------------------------------------------------------ validation
     def validate_audio_fields(self) -> None:
         """Raise a `ValueError` naming the values when audio fields do not agree with each other."""
-        if self.num_codebooks < 1:
-            raise ValueError(f"num_codebooks must be at least 1, got {self.num_codebooks}.")
+        if self.num_codebooks < 2:
+            raise ValueError(
+                f"num_codebooks must be at least 2 (the delay pattern's end needs a countdown of num_codebooks - 2 "
+                f"rows), got {self.num_codebooks}."
+            )
         if self.codebook_size < 3:
             raise ValueError(f"codebook_size must be at least 3 (codes, BOC, EOC), got {self.codebook_size}.")
         for name in ("audio_boc_token_id", "audio_eoc_token_id"):

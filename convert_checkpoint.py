@@ -1392,9 +1392,9 @@ def from_original(
 
 
 # ------------------------------------------------------------------------------------------------------ command line
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, prog: str = "convert_checkpoint.py") -> int:
     parser = argparse.ArgumentParser(
-        prog="convert_checkpoint.py",
+        prog=prog,
         description="Convert the original Higgs Audio v3 checkpoint into a verified Transformers repo.",
     )
     parser.add_argument("--input", required=True, help=f"original folder or Hub repo id (e.g. {ORIGINAL_REPO_ID})")

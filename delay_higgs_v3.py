@@ -17,6 +17,11 @@ row 5  [  EOC  EOC  c3  ]
 
 `D[r, c] = R[r - c, c]` when `0 <= r - c < T`, BOC when `r < c`, EOC when `r - c >= T`.
 Reverting reads the diagonal back: `R[t, c] = D[t + c, c]` for `t` in `0 .. rows - C`.
+
+Generation ends the same way (spec §7): codebook 0 is not checked during the delay window (rows `0 .. C - 1`); its first
+EOC at a row `r >= C` ends speech with `T = r` frames, and `C - 2` more rows follow, so `r + C - 1` rows in all (rows 4
+and 5 above, with `r = 4`). `speech_end_row` is that rule, the one place it is written; the stopping criterion, the
+processor's decoding and the streamers all call it.
 """
 
 from __future__ import annotations
@@ -47,4 +52,30 @@ def revert_delay_pattern(delayed: torch.LongTensor) -> torch.LongTensor:
     return delayed.gather(-2, index.expand(*delayed.shape[:-2], num_frames, num_codebooks))
 
 
-__all__ = ["apply_delay_pattern", "revert_delay_pattern"]
+NO_END = 2**62
+"""What `speech_end_row` returns for a sequence whose codebook 0 has not ended speech (larger than any row)."""
+
+
+def speech_end_row(codebook0: torch.LongTensor, eoc_id: int, num_codebooks: int, first_row: int = 0) -> torch.LongTensor:
+    """The row that ends speech: the first EOC of codebook 0 at a row `r >= num_codebooks`, else `NO_END`.
+
+    `codebook0` holds `[..., n]` codebook-0 codes of rows `first_row .. first_row + n - 1` (all rows, or only the newest
+    ones: take the `minimum` with the previous result). Returns `[...]`. A sequence that ends at row `r` has `r`
+    frames and `r + num_codebooks - 1` rows (`speech_rows`); rows after those are padding.
+    """
+    num_rows = codebook0.shape[-1]
+    is_eoc = codebook0 == eoc_id
+    if num_rows == 1 and first_row >= num_codebooks:  # one new row after the delay window: every decode step
+        return torch.where(is_eoc[..., 0], first_row, NO_END)
+    row = torch.arange(first_row, first_row + num_rows, device=codebook0.device)  # [n]
+    ends = torch.where(is_eoc & (row >= num_codebooks), row, NO_END)  # [..., n]
+    return torch.cat([ends, ends.new_full((*ends.shape[:-1], 1), NO_END)], dim=-1).amin(dim=-1)
+
+
+def speech_rows(end_row: torch.LongTensor, num_codebooks: int, num_rows: int | torch.LongTensor) -> torch.LongTensor:
+    """Valid rows of sequences that ended at `end_row` (from `speech_end_row`), given `num_rows` rows available: the
+    `end_row + num_codebooks - 1` rows of speech, or every row while a sequence has not ended (`NO_END`)."""
+    return torch.clamp(torch.where(end_row < NO_END, end_row + (num_codebooks - 1), num_rows), max=num_rows)
+
+
+__all__ = ["NO_END", "apply_delay_pattern", "revert_delay_pattern", "speech_end_row", "speech_rows"]

@@ -13,9 +13,12 @@ picks one code per row. What is specific to Higgs v3 lives in small pieces aroun
   counter-based generator keyed by (row seed, step, codebook), so a row gives the same codes alone or in a batch.
 - `HiggsAudioV3StoppingCriteria`: per sequence, after the delay window, codebook 0 emitting EOC starts a countdown of
   `C - 2` more rows; the row on which it reaches 0 is emitted and the sequence stops (finished rows are padded with EOC).
+  The rule itself is `delay_higgs_v3.speech_end_row`, shared with the processor and the streamers.
 
-All per-step state is `(batch,)` tensors updated with arithmetic masks: no Python loop over rows or codebooks and no
-host synchronisation in our code on the per-step path. The worked example of the spec, with C = 3 (countdown 1):
+All per-step state is a few small tensors updated with masks: no Python loop over rows or codebooks and no host
+synchronisation in our code on the per-step path. The per-step Python is kept lean because a small model's step is
+all dispatch: the newest column is embedded with offsets computed once per call, the decode-step logits are a view,
+and the logits processors' signatures are read once (see `_LogitsProcessorList`). The worked example of the spec, with C = 3 (countdown 1):
 
 ```
 step  input           emitted          state after
@@ -31,6 +34,7 @@ step  input           emitted          state after
 from __future__ import annotations
 
 import copy
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -39,7 +43,7 @@ from transformers.generation.stopping_criteria import EosTokenCriteria, Stopping
 from transformers.generation.streamers import BaseStreamer
 from transformers.utils import ModelOutput, logging
 
-from .delay_higgs_v3 import revert_delay_pattern
+from .delay_higgs_v3 import revert_delay_pattern, speech_end_row, speech_rows
 
 
 logger = logging.get_logger(__name__)
@@ -201,36 +205,62 @@ class HiggsAudioV3SeededSampler(LogitsProcessor):
 
 
 class HiggsAudioV3StoppingCriteria(StoppingCriteria):
-    r"""The end of speech, per sequence: after the delay window (steps `0 .. C - 1`), the first EOC on codebook 0 at
-    step `t` starts a countdown of `C - 2` rows; row `t + C - 2` is the last one emitted. State: `eoc_step`, `(batch,)`.
+    r"""The end of speech, per sequence (`delay_higgs_v3.speech_end_row`): after the delay window, the first EOC of
+    codebook 0 at a row `r >= C` starts a countdown of `C - 2` rows, and row `r + C - 2` is the last one emitted.
+
+    Equivalently, a sequence is done at step `t` when codebook 0 emitted EOC at row `t - (C - 2)` (or earlier) and
+    that row is at least `C`. So each step looks back `C - 2` rows at one column of `input_ids` and ORs the result into
+    `ended` (`[batch, C]`, every codebook of a sequence alike); `done` is its flat `[batch * C]` view, the layout of
+    the stock loop's rows. Four tensor ops per step, no countdown to keep: the row that ended speech is read off the
+    generated rows afterwards with `speech_end_row`, the same function the processor and the streamers use.
 
     `eos_token_id` is set (to EOC) because the stock loop pads finished rows only when a criterion has one.
     """
 
-    _NOT_YET = 2**62
-
     def __init__(self, batch_size: int, num_codebooks: int, eoc_token_id: int, prompt_length: int,
-                 max_new_tokens: int, device: torch.device):
+                 device: torch.device):
         self.num_codebooks = num_codebooks
         self.eos_token_id = eoc_token_id
         self.prompt_length = prompt_length
-        self.max_new_tokens = max_new_tokens
-        self.eoc_step = torch.full((batch_size,), self._NOT_YET, dtype=torch.long, device=device)
-        self.done = torch.zeros(batch_size * num_codebooks, dtype=torch.bool, device=device)
+        self.ended = torch.zeros(batch_size, num_codebooks, dtype=torch.bool, device=device)
+        self.done = self.ended.view(-1)  # [B*C], updated in place with `ended`
 
     @property
-    def done_step(self) -> torch.LongTensor:
-        """`[batch]`: index of each sequence's last row, or -1 while it has not finished."""
-        last = self.eoc_step + (self.num_codebooks - 2)
-        return torch.where(self.eoc_step < self._NOT_YET, last, -1)
+    def finished(self) -> torch.BoolTensor:
+        """`[batch]`: whether each sequence emitted its terminal row."""
+        return self.ended[:, 0]
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor | None = None, **kwargs) -> torch.BoolTensor:
-        step = input_ids.shape[1] - self.prompt_length - 1  # index of the row just emitted (Python int)
-        if self.num_codebooks <= step < self.max_new_tokens:
-            codebook0 = input_ids[:: self.num_codebooks, -1]  # [B]: rows b * C of the stock loop
-            self.eoc_step = torch.minimum(self.eoc_step, torch.where(codebook0 == self.eos_token_id, step, self._NOT_YET))
-            self.done = (self.eoc_step <= step - (self.num_codebooks - 2)).repeat_interleave(self.num_codebooks)
-        return self.done  # [B*C]
+        lag = self.num_codebooks - 2
+        row = input_ids.shape[1] - self.prompt_length - 1 - lag  # a row whose EOC would end speech now (Python int)
+        if row >= self.num_codebooks:  # EOC counts from row C on (spec: not during the delay window)
+            column = input_ids.shape[1] - 1 - lag
+            self.ended |= input_ids[:: self.num_codebooks, column : column + 1] == self.eos_token_id  # [B, 1] -> [B, C]
+        return self.done
+
+
+class _LogitsProcessorList(LogitsProcessorList):
+    """`LogitsProcessorList` that reads each processor's signature once, not on every step as the stock one does
+    (`inspect.signature` of a bound method costs about as much as a small decode step's other bookkeeping). Same
+    contract: a processor with parameters beyond `(input_ids, scores)` gets the keyword arguments, which must hold them.
+    """
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
+        extra = self.__dict__.get("_extra_parameters")
+        if extra is None or len(extra) != len(self):  # first step (or the list changed)
+            extra = [list(inspect.signature(p.__call__).parameters)[2:] for p in self]
+            self._extra_parameters = extra
+        for processor, names in zip(self, extra):
+            if not names:
+                scores = processor(input_ids, scores)
+                continue
+            if not all(name in kwargs for name in names):
+                raise ValueError(
+                    f"Make sure that all the required parameters: {names} for {processor.__class__} are passed to the "
+                    "logits processor."
+                )
+            scores = processor(input_ids, scores, **kwargs)
+        return scores
 
 
 class _RowStreamer(BaseStreamer):
@@ -363,7 +393,7 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
                 )
             )
         stopper = HiggsAudioV3StoppingCriteria(
-            batch_size, num_codebooks, self.config.audio_eoc_token_id, prompt_length, max_new_tokens, device
+            batch_size, num_codebooks, self.config.audio_eoc_token_id, prompt_length, device
         )
         outputs = super().generate(
             input_ids=input_ids.repeat_interleave(num_codebooks, dim=0),  # [B*C, L]: row b*C + c
@@ -371,6 +401,9 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
             audio_input_ids=audio_input_ids,
             audio_input_ids_mask=audio_input_ids_mask,
             audio_prompt_length=prompt_length,
+            # Row b * C + c of the stock loop holds codebook c: its codes index rows c * codebook_size + code of the
+            # fused embedding. Computed once here so that each step adds it to the newest column (no arange per step).
+            audio_code_offsets=self.audio_code_offsets(batch_size, device),
             generation_config=generation_config,
             logits_processor=LogitsProcessorList(list(logits_processor or []) + list(own_processors)),
             stopping_criteria=StoppingCriteriaList(list(stopping_criteria or []) + [stopper]),
@@ -381,9 +414,9 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
 
         generated = outputs.sequences[:, prompt_length:]  # [B*C, R]
         rows = generated.reshape(batch_size, num_codebooks, -1).transpose(1, 2)  # [B, R, C]
-        num_rows = rows.shape[1]
-        finished = stopper.done_step >= 0
-        lengths = torch.where(finished, stopper.done_step + 1, num_rows)
+        finished = stopper.finished.clone()
+        end_row = speech_end_row(rows[..., 0], self.config.audio_eoc_token_id, num_codebooks)
+        lengths = speech_rows(end_row, num_codebooks, rows.shape[1])
         if not return_dict:
             self._warn_unfinished(finished)
             return rows
@@ -438,7 +471,8 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         if not bool(finished.all()):
             rows = torch.nonzero(~finished).flatten().tolist()
             logger.warning(
-                f"Sequence(s) {rows} reached max_new_tokens without ending (no EOC on codebook 0): this is the model's "
+                f"Sequence(s) {rows} reached max_new_tokens without ending (codebook 0 emitted no EOC, or the rows after "
+                "it did not fit): this is the model's "
                 "known runaway failure, usually followed by a silent tail. They are flagged in `finished`; consider "
                 "shorter text chunks or another seed."
             )
@@ -480,7 +514,7 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         # *** Higgs v3 specific: our processors run after transformers' warpers, and the sampler is the draw ***
         processors = super()._get_logits_processor(generation_config, *args, **kwargs)
         own = [p for p in processors if isinstance(p, (HiggsAudioV3DelayPatternLogitsProcessor, HiggsAudioV3SeededSampler))]
-        ordered = LogitsProcessorList([p for p in processors if p not in own])
+        ordered = _LogitsProcessorList([p for p in processors if p not in own])
         ordered.extend(sorted(own, key=lambda p: isinstance(p, HiggsAudioV3SeededSampler)))
         if any(isinstance(p, HiggsAudioV3SeededSampler) for p in own):
             # The sampler already drew: the stock loop's argmax reads its one-hot scores.
@@ -503,14 +537,14 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         audio_input_ids: torch.LongTensor | None = None,
         audio_input_ids_mask: torch.Tensor | None = None,
         audio_prompt_length: int | None = None,
+        audio_code_offsets: torch.LongTensor | None = None,
         **kwargs,
     ) -> dict:
         if audio_prompt_length is None:  # not called from our generate(): plain text behaviour
             return super().prepare_inputs_for_generation(input_ids, **kwargs)
-        num_codebooks = self.config.num_codebooks
-        grid = input_ids.view(-1, num_codebooks, input_ids.shape[1])  # [B, C, L + n]
-        # The stock preparation (cache, positions, masks, slicing) on one text-like view of the rows.
-        model_inputs = super().prepare_inputs_for_generation(grid[:, 0, :], **kwargs)
+        num_codebooks = self.num_codebooks
+        # The stock preparation (cache, positions, masks, slicing) on one text-like view of the rows: codebook 0's.
+        model_inputs = super().prepare_inputs_for_generation(input_ids[::num_codebooks], **kwargs)
         window = model_inputs["input_ids"].shape[1]  # positions this step feeds
         num_generated = input_ids.shape[1] - audio_prompt_length
         model_inputs["flatten_codebook_logits"] = True
@@ -518,10 +552,15 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
             model_inputs["audio_input_ids"] = audio_input_ids
             model_inputs["audio_input_ids_mask"] = audio_input_ids_mask
             return model_inputs
-        rows = grid[:, :, audio_prompt_length:].transpose(1, 2)  # [B, n, C]: rows as emitted
-        if window <= num_generated:  # with a cache: the newest row(s) only
-            inputs_embeds = self.embed_audio_rows(rows[:, -window:])  # [B, window, H]
+        if window == 1 and audio_code_offsets is not None:  # every step with a cache: the newest row only
+            fused = (input_ids[:, -1:] + audio_code_offsets).view(-1, num_codebooks)  # [B, C] fused-embedding rows
+            inputs_embeds = self.embed_fused_rows(fused)[:, None]  # [B, 1, H]
+        elif window <= num_generated:  # the newest rows only
+            rows = input_ids[:, -window:].view(-1, num_codebooks, window).transpose(1, 2)  # [B, window, C]
+            inputs_embeds = self.embed_audio_rows(rows)  # [B, window, H]
         else:  # without a cache: the whole prompt again, then every row
+            grid = input_ids.view(-1, num_codebooks, input_ids.shape[1])  # [B, C, L + n]
+            rows = grid[:, :, audio_prompt_length:].transpose(1, 2)  # [B, n, C]: rows as emitted
             prompt = self.build_inputs_embeds(grid[:, 0, :audio_prompt_length], audio_input_ids, audio_input_ids_mask)
             inputs_embeds = torch.cat([prompt, self.embed_audio_rows(rows).to(prompt.dtype)], dim=1)[:, -window:]
         model_inputs["input_ids"] = None

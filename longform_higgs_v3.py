@@ -45,6 +45,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from .delay_higgs_v3 import speech_end_row
+
 
 if TYPE_CHECKING:
     from .audio_io_higgs_v3 import HiggsAudioV3Voice
@@ -414,37 +416,31 @@ except ImportError:  # pragma: no cover - transformers is a requirement
 
 
 class _ProgressStreamer(_BaseStreamer):
-    """Counts frames while `generate` runs: `put` receives each new delayed row `[batch, num_codebooks]`. A sequence
-    ends at the first EOC on codebook 0 from row `num_codebooks` on (the generation stopping rule); its frames are the
-    rows before it. An unfinished sequence has `rows - (num_codebooks - 1)` complete frames."""
+    """Counts frames while `generate` runs: `put` receives each new delayed row `[batch, num_codebooks]` (or several,
+    `[batch, k, num_codebooks]`). A sequence that ended speech at row `r` (`delay_higgs_v3.speech_end_row`, the
+    generation stopping rule) has `r` frames; an unfinished one has `rows - (num_codebooks - 1)` complete frames."""
 
     def __init__(self, progress: SpeechProgress):
         self.progress = progress
-        self.step = 0
-        self.ended: torch.Tensor | None = None  # [B] bool
-        self.count: torch.Tensor | None = None  # [B] rows emitted before the end
+        self.rows = 0
+        self.end_row: torch.Tensor | None = None  # [B]
 
     def put(self, value: torch.Tensor) -> None:
-        if value.dim() == 3:  # [B, k, C]: several rows at once
-            for k in range(value.shape[1]):
-                self.put(value[:, k])
-            return
-        codebook0 = value[:, 0]  # [B]
-        if self.ended is None:
-            self.ended = torch.zeros_like(codebook0, dtype=torch.bool)
-            self.count = torch.zeros_like(codebook0, dtype=torch.long)
-        if self.step >= self.progress.num_codebooks:
-            self.ended |= codebook0 == self.progress.audio_eoc_token_id
-        self.count += (~self.ended).long()
-        self.step += 1
+        if value.dim() == 2:
+            value = value[:, None]  # [B, 1, C]
+        end_row = speech_end_row(
+            value[:, :, 0], self.progress.audio_eoc_token_id, self.progress.num_codebooks, first_row=self.rows
+        )
+        self.end_row = end_row if self.end_row is None else torch.minimum(self.end_row, end_row)
+        self.rows += value.shape[1]
         if self.progress.bar is not None and time.perf_counter() - self.progress._last_refresh >= self.progress.refresh_seconds:
             self.progress.show(self.progress.done_frames + self.frames())
 
     def frames(self) -> int:
-        if self.count is None:
+        if self.end_row is None:
             return 0
-        complete = torch.where(self.ended, self.count, (self.count - (self.progress.num_codebooks - 1)).clamp(min=0))
-        return int(complete.sum())
+        complete = max(self.rows - (self.progress.num_codebooks - 1), 0)
+        return int(torch.clamp(self.end_row, max=complete).sum())
 
     def end(self) -> None:
         pass

@@ -8,6 +8,7 @@ generation lives in `generation_higgs_v3.py`, the prompt building in `processing
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
 import torch
@@ -96,6 +97,9 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
         self.audio_embed = nn.Embedding(config.audio_vocab_size, config.hidden_size)
         self.audio_head = nn.Linear(config.hidden_size, config.audio_vocab_size, bias=False)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        # Plain ints for the per-step path (config attribute reads go through two `__getattribute__` layers).
+        self.num_codebooks = config.num_codebooks
+        self.codebook_size = config.codebook_size
         self.codec = None
         if config.codec_config is not None:
             from .codec_higgs_v3 import HiggsAudioV3Codec
@@ -122,15 +126,30 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
 
         Row `f` maps to `sum_c audio_embed.weight[c * codebook_size + f[c]]` (one lookup, per-codebook offsets).
         """
-        offsets = torch.arange(0, self.config.audio_vocab_size, self.config.codebook_size, device=rows.device)  # [C]
-        flat = (rows + offsets).reshape(-1, rows.shape[-1])  # [N, C]: one bag of C rows per frame
-        summed = F.embedding_bag(flat, self.audio_embed.weight, mode="sum")  # [N, H]
+        offsets = torch.arange(0, self.num_codebooks * self.codebook_size, self.codebook_size, device=rows.device)
+        summed = self.embed_fused_rows((rows + offsets).reshape(-1, rows.shape[-1]))  # [N, H]
         return summed.reshape(*rows.shape[:-1], summed.shape[-1])
 
-    def audio_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        """Audio head: `[..., hidden]` -> `[..., num_codebooks, codebook_size]` (codebook-major)."""
-        logits = self.audio_head(hidden_states)  # [..., C * V]
-        return logits.unflatten(-1, (self.config.num_codebooks, self.config.codebook_size))
+    def embed_fused_rows(self, fused: torch.LongTensor) -> torch.Tensor:
+        """`[N, num_codebooks]` rows of the fused embedding (codes already offset by `c * codebook_size`) -> their sum
+        per frame, `[N, hidden]`: one bag of `num_codebooks` rows per frame."""
+        return F.embedding_bag(fused, self.audio_embed.weight, mode="sum")
+
+    def audio_code_offsets(self, batch_size: int, device: torch.device | str | None = None) -> torch.LongTensor:
+        """`[batch * num_codebooks, 1]`: `c * codebook_size` for row `b * num_codebooks + c`, the codebook-major layout
+        in which generation keeps one codebook per row."""
+        codebook = torch.arange(batch_size * self.num_codebooks, device=device) % self.num_codebooks
+        return (codebook * self.codebook_size)[:, None]
+
+    def audio_logits(self, hidden_states: torch.Tensor, flatten_codebooks: bool = False) -> torch.Tensor:
+        """Audio head: `[batch, positions, hidden]` -> `[batch, positions, num_codebooks, codebook_size]`
+        (codebook-major), or `[batch * num_codebooks, positions, codebook_size]` with `flatten_codebooks`."""
+        logits = self.audio_head(hidden_states)  # [B, L, C * V]
+        if not flatten_codebooks:
+            return logits.unflatten(-1, (self.num_codebooks, self.codebook_size))
+        if logits.shape[1] == 1:  # a decode step: [B, 1, C * V] is already [B * C, 1, V] in memory
+            return logits.view(-1, 1, self.codebook_size)
+        return logits.unflatten(-1, (self.num_codebooks, self.codebook_size)).transpose(1, 2).flatten(0, 1)
 
     # ------------------------------------------------------------------ input checks (prefill only)
     def _check_codes(self, codes: torch.Tensor, name: str) -> None:
@@ -274,9 +293,7 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
             kept = hidden_states[:, -logits_to_keep:, :] if logits_to_keep else hidden_states
         else:
             kept = hidden_states[:, logits_to_keep, :]
-        logits = self.audio_logits(kept)  # [B, L', C, V]
-        if flatten_codebook_logits:
-            logits = logits.transpose(1, 2).flatten(0, 1)  # [B * C, L', V]
+        logits = self.audio_logits(kept, flatten_codebooks=flatten_codebook_logits)  # [B, L', C, V] or [B * C, L', V]
         text_logits = self.lm_head(kept) if return_text_logits else None  # [B, L', vocab]
 
         loss = per_codebook = None
@@ -312,6 +329,10 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
         return loss, per_codebook
 
 
+
+# transformers reads `inspect.signature(model.forward)` on every decode step of a remote-code model (to find a
+# `cache_position` argument); a stored signature makes that a lookup instead of a parse of the whole argument list.
+HiggsAudioV3ForConditionalGeneration.forward.__signature__ = inspect.signature(HiggsAudioV3ForConditionalGeneration.forward)
 
 # `save_pretrained` copies this file and its relative imports next to `config.json`; `auto_map` is written in full
 # by the config (see `configuration_higgs_v3.AUTO_MAP`).

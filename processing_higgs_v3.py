@@ -38,7 +38,7 @@ from .audio_io_higgs_v3 import AudioLike, HiggsAudioV3Voice, prepare_reference_w
 # transformers 5.5 loads remote code from a local directory by copying only the entry module's *direct* relative
 # imports (5.24 and the Hub path follow them recursively), so the module `audio_io_higgs_v3` needs is imported here too.
 from .codec_higgs_v3 import resample_audio  # noqa: F401
-from .delay_higgs_v3 import apply_delay_pattern, revert_delay_pattern
+from .delay_higgs_v3 import NO_END, apply_delay_pattern, revert_delay_pattern, speech_end_row, speech_rows
 
 
 logger = logging.get_logger(__name__)
@@ -502,13 +502,10 @@ class HiggsAudioV3Processor(ProcessorMixin):
 
     # ------------------------------------------------------------------ codes -> audio
     def _sequence_end(self, delayed: torch.LongTensor) -> int:
-        """Rows of one generated delayed sequence `[rows, C]`: codebook 0's first EOC at a row `r >= C` (the first row
-        where generation checks it) ends speech with `r + C - 1` rows; without one, every row counts."""
-        num_codebooks = self.num_codebooks
-        eoc = torch.nonzero(delayed[num_codebooks:, 0] == self.audio_eoc_token_id)
-        if eoc.numel() == 0:
-            return delayed.shape[0]
-        return min(delayed.shape[0], int(eoc[0, 0]) + 2 * num_codebooks - 1)
+        """Rows of one generated delayed sequence `[rows, C]` (`delay_higgs_v3.speech_end_row`): codebook 0's first EOC
+        at a row `r >= C` ends speech with `r + C - 1` rows; without one, every row counts."""
+        end_row = speech_end_row(delayed[:, 0], self.audio_eoc_token_id, self.num_codebooks)
+        return int(speech_rows(end_row, self.num_codebooks, delayed.shape[0]))
 
     def _is_delayed(self, sequence: torch.LongTensor) -> bool:
         """Delayed rows start with `[code, BOC, ..., BOC]`; raw codes never hold BOC."""
@@ -686,7 +683,7 @@ class HiggsAudioV3AudioStreamer(BaseStreamer):
         self.context_frames = context_frames
         self.timeout = timeout
         self._rows: torch.LongTensor | None = None  # [B, n, C], on the CPU
-        self._ends: torch.LongTensor | None = None  # [B]: frame count once codebook 0 emitted EOC, else a large value
+        self._ends: torch.LongTensor | None = None  # [B]: frame count once codebook 0 ended speech, else NO_END
         self._emitted = 0  # frames already emitted (the same for every sequence)
         self._queue: queue.Queue = queue.Queue()
 
@@ -703,7 +700,7 @@ class HiggsAudioV3AudioStreamer(BaseStreamer):
         value = value.detach().to(device="cpu", dtype=torch.long)
         if self._rows is None:
             self._rows = value
-            self._ends = torch.full((value.shape[0],), torch.iinfo(torch.long).max)
+            self._ends = torch.full((value.shape[0],), NO_END)
             first_row = 0
         else:
             if value.shape[0] != self._rows.shape[0]:
@@ -712,11 +709,9 @@ class HiggsAudioV3AudioStreamer(BaseStreamer):
                 )
             first_row = self._rows.shape[1]
             self._rows = torch.cat([self._rows, value], dim=1)
-        # Codebook 0's first EOC at a row r >= C ends a sequence with T = r frames (the generation state machine).
-        index = torch.arange(first_row, self._rows.shape[1])  # [k]
-        eoc = (value[:, :, 0] == self.audio_eoc_token_id) & (index >= self.num_codebooks)  # [B, k]
-        candidate = torch.where(eoc, index, torch.iinfo(torch.long).max).min(dim=1).values  # [B]
-        self._ends = torch.minimum(self._ends, candidate)
+        # The row that ends speech (first EOC of codebook 0 at a row r >= C) is also its number of frames T = r.
+        end_row = speech_end_row(value[:, :, 0], self.audio_eoc_token_id, self.num_codebooks, first_row=first_row)
+        self._ends = torch.minimum(self._ends, end_row)
         self._emit(final=False)
 
     def end(self) -> None:

@@ -300,12 +300,18 @@ def higgs_config(width: str, *, layers: int = 2, codec_config: dict | None = Non
     return HiggsAudioV3Config(num_hidden_layers=layers, codec_config=codec_config, **WIDTHS[width], **overrides)
 
 
+PINNED_ID = 1025  # codebook 0's EOC: row 1025 of the fused audio embedding, zeroed by `pin_length`
+
+
 def pin_length(model: HiggsAudioV3ForConditionalGeneration) -> HiggsAudioV3ForConditionalGeneration:
     """Zero codebook 0's EOC row of the tied audio embedding/head: its logit is then exactly 0, never the greedy
     maximum of 1026 random logits and outside top-k 50, so random weights never end a sequence (fixed step counts).
-    The row is never embedded, because it is never emitted."""
+    The row is never embedded, because it is never emitted. The Qwen3 baseline ties its 8208-row head to this
+    embedding, so its token `PINNED_ID` (the same row) never wins either: it is the baseline's end-of-text id."""
+    if model.config.audio_eoc_token_id != PINNED_ID:
+        raise ValueError(f"pin_length expects EOC = {PINNED_ID}, got {model.config.audio_eoc_token_id}.")
     with torch.no_grad():
-        model.audio_embed.weight[model.config.audio_eoc_token_id].zero_()  # codebook 0 starts at row 0
+        model.audio_embed.weight[PINNED_ID].zero_()  # codebook 0 starts at row 0
     return model
 
 
@@ -415,11 +421,21 @@ def run_ours(model, inputs: dict, rows: int, mode: str, streamer: BaseStreamer |
     return sequences.shape[1]
 
 
-def run_qwen3(model, input_ids: torch.Tensor, rows: int, mode: str, streamer: BaseStreamer | None = None,
-              **options) -> int:
-    """`Qwen3ForCausalLM.generate` for exactly `rows` tokens; returns the tokens produced."""
-    out = model.generate(input_ids=input_ids, max_new_tokens=rows, min_new_tokens=rows, eos_token_id=None,
-                         pad_token_id=0, streamer=streamer, **sampling_options(mode, input_ids.shape[0]), **options)
+def run_qwen3(model, input_ids: torch.Tensor, rows: int, mode: str, streamer: BaseStreamer | None = None, *,
+              eos: bool = False, **options) -> int:
+    """`Qwen3ForCausalLM.generate` for exactly `rows` tokens; returns the tokens produced.
+
+    `eos=False`: no end-of-text id (`min_new_tokens=rows`), the leanest loop `generate` runs: no end check, no padding.
+    `eos=True`: plain text decoding, which stops at an end-of-text id: the loop checks it and pads finished rows every
+    step. The id is `PINNED_ID`, whose logit `pin_length` zeroes through the tied head, so it never fires and the run
+    still has `rows` steps.
+    """
+    if eos:
+        ends = dict(eos_token_id=PINNED_ID)
+    else:
+        ends = dict(eos_token_id=None, min_new_tokens=rows)
+    out = model.generate(input_ids=input_ids, max_new_tokens=rows, pad_token_id=0, streamer=streamer, **ends,
+                         **sampling_options(mode, input_ids.shape[0]), **options)
     return out.shape[1] - input_ids.shape[1]
 
 
@@ -564,6 +580,7 @@ __all__ = [
     "resolve_clock",
     "run_ours",
     "run_qwen3",
+    "PINNED_ID",
     "run_v2",
     "sampling_options",
     "save_figure",

@@ -2,6 +2,10 @@
 """Decode-step cost of `HiggsAudioV3ForConditionalGeneration.generate` against `Qwen3ForCausalLM.generate` with an
 8208-wide head (= 8 x 1026, tied to an 8208-row embedding) on the same backbone weights, same process, interleaved.
 
+Two baselines run in every round: `qwen3`, plain text decoding (an end-of-text id, so the loop checks it and pads
+finished rows every step, as ours does for EOC; the id never fires), which the targets are read against, and
+`qwen3-noeos`, the leanest loop `generate` has (no end-of-text id at all): `ratio` and `strict` in the table.
+
     python benchmarks/bench_decode.py                         # tiny fp32 + real width bf16, batch 1/16, greedy and
                                                               # sampling (about 3 minutes on one core)
     python benchmarks/bench_decode.py --dtype both            # + real width fp32 (about 7 minutes; docs/PERFORMANCE.md)
@@ -66,7 +70,10 @@ def measure_case(ours, baseline, batch: int, mode: str, args) -> dict:
         return H.run_ours(ours, inputs, rows, mode, streamer)
 
     def qwen3_rows(rows, streamer=None):
-        return H.run_qwen3(baseline, ids, rows, mode, streamer)
+        return H.run_qwen3(baseline, ids, rows, mode, streamer, eos=True)
+
+    def qwen3_noeos_rows(rows, streamer=None):
+        return H.run_qwen3(baseline, ids, rows, mode, streamer, eos=False)
 
     def timed(fn, skip_prompt):
         if args.method == "stream":
@@ -86,21 +93,23 @@ def measure_case(ours, baseline, batch: int, mode: str, args) -> dict:
 
         return diff
 
+    variants = {"ours": ours_rows, "qwen3": qwen3_rows, "qwen3_noeos": qwen3_noeos_rows}
     with torch.inference_mode():
-        ours_rows(args.short + 2)  # warm-up (allocator, first-call paths)
-        qwen3_rows(args.short + 2)
-        runs = H.interleaved({"ours": timed(ours_rows, False), "qwen3": timed(qwen3_rows, True)}, args.rounds,
+        for fn in variants.values():  # warm-up (allocator, first-call paths)
+            fn(args.short + 2)
+        runs = H.interleaved({name: timed(fn, name != "ours") for name, fn in variants.items()}, args.rounds,
                              warmup=0)
         # Deterministic companions of the timings: torch calls and host reads per step (4 steps after the window).
-        counts = {name: H.calls_per_step(fn, args.short + 1, args.short + 5)
-                  for name, fn in (("ours", ours_rows), ("qwen3", qwen3_rows))}
+        counts = {name: H.calls_per_step(fn, args.short + 1, args.short + 5) for name, fn in variants.items()}
     best = min(r["step_s"] for r in runs["ours"]) / min(r["step_s"] for r in runs["qwen3"])
     return {
         "batch": batch,
         "mode": mode,
         "ours_ms": H.summarize([1e3 * r["step_s"] for r in runs["ours"]]),
         "qwen3_ms": H.summarize([1e3 * r["step_s"] for r in runs["qwen3"]]),
+        "qwen3_noeos_ms": H.summarize([1e3 * r["step_s"] for r in runs["qwen3_noeos"]]),
         "ratio": H.ratio_summary(runs["ours"], runs["qwen3"]),
+        "ratio_strict": H.ratio_summary(runs["ours"], runs["qwen3_noeos"]),
         "best_ratio": best,
         "calls_per_step": counts,
     }
@@ -111,11 +120,13 @@ def flat_row(result: dict) -> dict:
         "case": f"{result['width']} {result['dtype']} b{result['batch']} {result['mode']}",
         "ours": result["ours_ms"]["median"],
         "qwen3": result["qwen3_ms"]["median"],
+        "noeos": result["qwen3_noeos_ms"]["median"],
         "ratio": result["ratio"]["median"],
         "spread": f"{result['ratio']['min']:.3f}-{result['ratio']['max']:.3f}",
         "best": result["best_ratio"],
-        "calls": f"{result['calls_per_step']['ours']['torch_calls']:.0f}/{result['calls_per_step']['qwen3']['torch_calls']:.0f}",
-        "reads": f"{result['calls_per_step']['ours']['host_reads']:.0f}/{result['calls_per_step']['qwen3']['host_reads']:.0f}",
+        "strict": result["ratio_strict"]["median"],
+        "calls": "/".join(f"{result['calls_per_step'][k]['torch_calls']:.0f}" for k in ("ours", "qwen3", "qwen3_noeos")),
+        "reads": "/".join(f"{result['calls_per_step'][k]['host_reads']:.0f}" for k in ("ours", "qwen3", "qwen3_noeos")),
         "target": result.get("target"),
         "verdict": result.get("verdict"),
     }
@@ -140,9 +151,10 @@ def plot(results: list[dict], out, name: str):
     figure, (left, right) = plt.subplots(1, 2, figsize=(max(12, 1.3 * len(results)), 5.2))
     labels = [f"{r['width']} {r['dtype']} b{r['batch']} {r['mode']}" for r in results]
     x = list(range(len(results)))
-    for offset, key, label in ((-0.2, "ours_ms", "ours"), (0.2, "qwen3_ms", "Qwen3ForCausalLM (8208 head)")):
+    for offset, key, label in ((-0.27, "ours_ms", "ours"), (0.0, "qwen3_ms", "Qwen3ForCausalLM (8208 head)"),
+                               (0.27, "qwen3_noeos_ms", "Qwen3ForCausalLM, no end-of-text id")):
         medians, yerr = H.error_bars([r[key] for r in results])
-        left.bar([i + offset for i in x], medians, width=0.4, yerr=yerr, capsize=3, label=label)
+        left.bar([i + offset for i in x], medians, width=0.27, yerr=yerr, capsize=3, label=label)
     left.set_yscale("log")
     left.set_ylabel("decode step, ms (median, min-max over rounds)")
     left.set_xticks(x, labels, fontsize=8, rotation=35, ha="right")
@@ -150,6 +162,10 @@ def plot(results: list[dict], out, name: str):
     left.set_title("Decode step: ours vs Qwen3 (same backbone)")
     medians, yerr = H.error_bars([r["ratio"] for r in results])
     right.errorbar(x, medians, yerr=yerr, fmt="o", capsize=4, label="ours / Qwen3 (per round)")
+    strict, strict_err = H.error_bars([r["ratio_strict"] for r in results])
+    right.errorbar([i + 0.15 for i in x], strict, yerr=strict_err, fmt="x", capsize=3, color="gray",
+                   label="ours / Qwen3 without end-of-text id")
+    right.legend(fontsize=8)
     for i, r in enumerate(results):
         if r.get("target") is not None:
             right.plot([i - 0.3, i + 0.3], [r["target"]] * 2, color="red", linewidth=1)
@@ -181,12 +197,13 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  measured {width} {dtype} batch {batch} {mode}", file=sys.stderr, flush=True)
         del ours, baseline
     columns = [("case", "case", ""), ("ours", "ours ms", ".3f"), ("qwen3", "qwen3 ms", ".3f"),
-               ("ratio", "ratio", ".3f"), ("spread", "spread", ""), ("best", "best", ".3f"),
-               ("target", "target", ".2f"), ("verdict", "", ""), ("calls", "calls/step", ""),
-               ("reads", "host reads/step", "")]
+               ("noeos", "no-eos ms", ".3f"), ("ratio", "ratio", ".3f"), ("spread", "spread", ""),
+               ("best", "best", ".3f"), ("target", "target", ".2f"), ("verdict", "", ""), ("strict", "strict", ".3f"),
+               ("calls", "calls/step", ""), ("reads", "host reads/step", "")]
     print(f"Decode step, median over {args.rounds} rounds ({args.method}, {args.clock} clock, {args.threads} "
-          "thread(s)); spread = min-max of the per-round ratios; best = best ours / best qwen3; calls and host "
-          "reads per step (ours/qwen3) counted at the Python level:")
+          "thread(s)). ratio = ours / qwen3 (plain text decoding, end-of-text check included), per round; spread = "
+          "min-max of those; best = best ours / best qwen3; strict = ours / qwen3 without any end-of-text id; calls "
+          "and host reads per step (ours/qwen3/no-eos) counted at the Python level:")
     print(H.format_table([flat_row(r) for r in results], columns))
     streams = per_stream(results)
     for s in streams:

@@ -197,6 +197,18 @@ def test_greedy_agreement_identical_and_different(tiny_pair):
     assert forced["max_logit_diff_over_std"] == 0.0 and not forced["near_tie"]
 
 
+def test_qwen3_baseline_with_an_end_of_text_id_runs_its_full_length(tiny_pair):
+    """The pinned id is the baseline's end-of-text id: checked every step, never emitted (greedy and top-k 50)."""
+    _, baseline = tiny_pair
+    ids = H.text_prompt(2, 12, vocab=baseline.config.vocab_size)
+    for mode in ("greedy", "sampling"):
+        with H.CallCounter() as with_eos:
+            assert H.run_qwen3(baseline, ids, 20, mode, eos=True) == 20
+        with H.CallCounter() as without:
+            assert H.run_qwen3(baseline, ids, 20, mode, eos=False) == 20
+        assert with_eos.calls > without.calls
+
+
 # ---------------------------------------------------------------------------------------------- scripts
 def test_bench_decode_tiny(tmp_path, stock_reads):
     data = run_script("bench_decode", ["--width", "tiny", "--batch", "1", "2", "--mode", "greedy", "--rounds", "1",
@@ -209,6 +221,10 @@ def test_bench_decode_tiny(tmp_path, stock_reads):
     assert stock_reads >= 1  # the stock loop's stop check reads a flag every step
     counts = first["calls_per_step"]
     assert counts["ours"]["host_reads"] == counts["qwen3"]["host_reads"] == stock_reads  # ours adds none
+    assert counts["qwen3_noeos"]["host_reads"] == stock_reads
+    # Plain text decoding checks its end-of-text id and pads every step: more calls than the leanest loop.
+    assert counts["qwen3"]["torch_calls"] > counts["qwen3_noeos"]["torch_calls"]
+    assert first["ratio_strict"]["n"] == 1 and first["qwen3_noeos_ms"]["n"] == 1
     stream = data["per_stream"][0]
     assert stream["per_stream_vs_batch1"] == results[1]["ours_ms"]["median"] / 2 / first["ours_ms"]["median"]
 

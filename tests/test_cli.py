@@ -397,3 +397,10 @@ def test_voice_specs_split_path_and_transcript(tmp_path, monkeypatch):
         cli_higgs_v3._parse_dialogue_voices(["Ann=a.wav", "Ann=v.safetensors"])
     with pytest.raises(cli_higgs_v3.CliError, match=re.escape("--voice 'Ann=': with --dialogue each voice is")):
         cli_higgs_v3._parse_dialogue_voices(["Ann="])
+
+
+def test_convert_help_names_the_command(capsys):
+    """`higgs-v3 convert --help` and its errors name `higgs-v3 convert`, not the module's file."""
+    assert main_restoring_library_settings(["convert", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: higgs-v3 convert ") and "convert_checkpoint.py" not in out

@@ -188,6 +188,65 @@ def test_runaway_is_flagged_and_warned(model, caplog):
     assert out.audio_code_lengths.tolist() == [3]
 
 
+def test_eoc_whose_countdown_is_cut_by_the_limit_is_unfinished(model, caplog):
+    """EOC at row 12 needs rows up to 18; with max_new_tokens=16 the terminal row never comes."""
+    prompt = plain_prompt()
+    out = model.generate(input_ids=prompt[None], do_sample=False, max_new_tokens=16, return_dict_in_generate=True,
+                         logits_processor=[BiasEOC(len(prompt), (12,))])
+    assert out.sequences[0, 12, 0] == EOC
+    assert out.finished.tolist() == [False]
+    assert out.lengths.tolist() == [16]
+    assert out.audio_code_lengths.tolist() == [16 - (C - 1)]
+    assert "reached max_new_tokens without ending" in caplog.text
+
+
+def test_processor_signatures_are_read_once_not_per_step(model, monkeypatch):
+    """transformers' `LogitsProcessorList` inspects every processor's signature on every step; ours reads them once,
+    keeping its contract: a processor that needs extra arguments still gets the stock error."""
+    import inspect
+
+    import higgs_v3.generation_higgs_v3 as generation
+
+    reads = []
+    real = inspect.signature
+
+    class CountingInspect:
+        @staticmethod
+        def signature(obj, *args, **kwargs):
+            reads.append(getattr(obj, "__qualname__", obj))
+            return real(obj, *args, **kwargs)
+
+    monkeypatch.setattr(generation, "inspect", CountingInspect)
+    bias = BiasEOC(len(plain_prompt()), ())
+    model.generate(input_ids=plain_prompt()[None], do_sample=False, max_new_tokens=12, logits_processor=[bias])
+    assert len(reads) == 2  # BiasEOC and the delay-pattern processor, once each for 12 steps
+
+    class NeedsExtra(LogitsProcessor):
+        def __call__(self, input_ids, scores, cur_len):
+            return scores
+
+    with pytest.raises(ValueError, match=r"required parameters: \['cur_len'\]"):
+        model.generate(input_ids=plain_prompt()[None], do_sample=False, max_new_tokens=3, logits_processor=[NeedsExtra()])
+
+
+def test_forward_signature_is_stored_and_exact(model):
+    """transformers reads `inspect.signature(model.forward)` every step for remote code; the stored signature must be
+    the function's own."""
+    import inspect
+
+    from higgs_v3 import HiggsAudioV3ForConditionalGeneration
+
+    forward = HiggsAudioV3ForConditionalGeneration.forward
+    assert "__signature__" in vars(forward)
+    stored = inspect.signature(model.forward)
+    del forward.__signature__
+    try:
+        assert inspect.signature(model.forward) == stored
+    finally:
+        forward.__signature__ = inspect.signature(forward)
+    assert "cache_position" not in stored.parameters and list(stored.parameters)[0] == "input_ids"
+
+
 # ---------------------------------------------------------------------------------------------- batching
 def test_left_padded_batch_equals_rows_alone_greedy(model):
     torch.manual_seed(2)
@@ -364,7 +423,7 @@ def test_text_eos_check_is_dropped_from_audio_generation(model):
 
     from higgs_v3.generation_higgs_v3 import HiggsAudioV3StoppingCriteria
 
-    ours = HiggsAudioV3StoppingCriteria(1, C, EOC, 5, 10, torch.device("cpu"))
+    ours = HiggsAudioV3StoppingCriteria(1, C, EOC, 5, torch.device("cpu"))
     config = GenerationConfig(eos_token_id=151643, max_length=30)
     config._eos_token_tensor = torch.tensor([151643])  # what generate() prepares before asking for criteria
     criteria = model._get_stopping_criteria(generation_config=config, stopping_criteria=StoppingCriteriaList([ours]))

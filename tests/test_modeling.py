@@ -56,6 +56,23 @@ def test_audio_head_is_the_fused_embedding(model):
     hidden = torch.randn(2, 5, 64)
     expected = (hidden @ model.audio_embed.weight.T).view(2, 5, C, V)
     torch.testing.assert_close(model.audio_logits(hidden), expected)
+    # The stock loop's layout, row b * C + c: the decode-step shortcut (one position) and the general path agree.
+    for positions in (1, 5):
+        flat = model.audio_logits(hidden[:, :positions], flatten_codebooks=True)
+        grid = model.audio_logits(hidden[:, :positions])  # [2, positions, C, V], same matmul
+        assert flat.shape == (2 * C, positions, V)
+        assert torch.equal(flat, grid.transpose(1, 2).reshape(2 * C, positions, V))
+
+
+def test_generation_embedding_path_equals_embed_audio_rows(model):
+    """The decode step embeds the stock loop's newest column `[batch * C, 1]` with precomputed offsets; the result must
+    equal `embed_audio_rows` of the same rows."""
+    rows = torch.randint(0, V, (3, C))
+    offsets = model.audio_code_offsets(3)
+    assert offsets.shape == (3 * C, 1) and offsets[:C, 0].tolist() == [c * V for c in range(C)]
+    column = rows.reshape(-1, 1)  # row b * C + c holds codebook c of sequence b
+    fused = (column + offsets).view(-1, C)
+    assert torch.equal(model.embed_fused_rows(fused), model.embed_audio_rows(rows))
 
 
 def test_text_logits_equal_qwen3_for_causal_lm(model):
@@ -124,6 +141,7 @@ def test_codes_out_of_range(model):
 @pytest.mark.parametrize(
     "fields, message",
     [
+        (dict(num_codebooks=1), r"num_codebooks must be at least 2 .*, got 1"),
         (dict(audio_boc_token_id=2000), r"audio_boc_token_id=2000 must lie in 0\.\.1025 \(codebook_size=1026\)"),
         (dict(audio_eoc_token_id=1024), r"audio_boc_token_id and audio_eoc_token_id must differ, both are 1024"),
         (dict(codebook_size=1030), r"BOC and EOC must be the last two entries of each codebook"),
