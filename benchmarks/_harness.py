@@ -20,7 +20,8 @@ How every script measures (see docs/PERFORMANCE.md for the results):
   over rounds). A ratio is taken per round (its two variants ran back to back) and summarised the same way.
 - **Fixed lengths.** Random weights could emit the end-of-speech code and stop a run early; `pin_length` zeroes the
   head row of that code (codebook 0's EOC) so its logit is exactly 0, below the greedy maximum and outside top-k 50.
-  Every timed run checks it produced the rows it asked for and raises otherwise.
+  The Qwen3 baseline's tied head is that embedding, so the same row (`PINNED_ID`) serves as its end-of-text id when
+  it runs as plain text decoding. Every timed run checks it produced the rows it asked for and raises otherwise.
 - **Threads.** `--threads 1` by default: on a 2-core machine shared with other processes, two OpenMP threads wait on
   each other whenever another process holds a core, and a step costs 2-5x more and varies wildly
   (`bench_cpu_threads.py` shows it).

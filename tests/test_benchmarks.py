@@ -303,3 +303,31 @@ def test_plots_say_how_to_get_matplotlib(monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if it were not installed
     with pytest.raises(ImportError, match=r"The benchmark plots need matplotlib: pip install 'higgs-v3\[bench\]'"):
         H.pyplot()
+
+
+def test_bench_instructions_parts(tmp_path, monkeypatch, capsys):
+    """The child run, the valgrind output parser, the per-step arithmetic and the report, with valgrind replaced by
+    fixed counts (the real counts take minutes under valgrind)."""
+    bench = script("bench_instructions")
+    assert bench.main(["--child", "ours", "13"]) == 0  # the measured process: builds, warms up, generates 13 rows
+    with pytest.raises(ValueError, match="variant must be one of"):
+        bench.run_child("gpt", 13)
+    assert bench.parse_collected("==1== Events    : Ir\n==1== Collected : 19361328904\n") == 19361328904
+    with pytest.raises(RuntimeError, match="No 'Collected' line"):
+        bench.parse_collected("valgrind: command not found")
+
+    fake = {("ours", 12): 1000, ("ours", 92): 1000 + 80 * 110, ("qwen3", 12): 900, ("qwen3", 92): 900 + 80 * 100,
+            ("qwen3_noeos", 12): 800, ("qwen3_noeos", 92): 800 + 80 * 88}
+    monkeypatch.setattr(bench.shutil, "which", lambda name: "/usr/bin/valgrind")
+    monkeypatch.setattr(bench, "count_instructions", lambda variant, rows: fake[(variant, rows)])
+    assert bench.main(["--out", str(tmp_path)]) == 0
+    data = json.loads((tmp_path / "bench_instructions.json").read_text())
+    assert data["per_step"] == {"ours": 110.0, "qwen3": 100.0, "qwen3_noeos": 88.0}
+    assert data["ratio_vs_qwen3"] == pytest.approx(1.1) and data["ratio_vs_qwen3_noeos"] == pytest.approx(1.25)
+    assert "ours / variant" in capsys.readouterr().out
+
+    monkeypatch.setattr(bench.shutil, "which", lambda name: None)
+    assert bench.main(["--out", str(tmp_path)]) == 1
+    assert "valgrind is not installed" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        bench.main(["--short", "9", "--long", "9"])
