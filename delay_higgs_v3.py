@@ -18,7 +18,7 @@ row 5  [  EOC  EOC  c3  ]
 `D[r, c] = R[r - c, c]` when `0 <= r - c < T`, BOC when `r < c`, EOC when `r - c >= T`.
 Reverting reads the diagonal back: `R[t, c] = D[t + c, c]` for `t` in `0 .. rows - C`.
 
-Generation ends the same way (spec §7): codebook 0 is not checked during the delay window (rows `0 .. C - 1`); its first
+Generation ends the same way (spec §6): codebook 0 is not checked during the delay window (rows `0 .. C - 1`); its first
 EOC at a row `r >= C` ends speech with `T = r` frames, and `C - 2` more rows follow, so `r + C - 1` rows in all (rows 4
 and 5 above, with `r = 4`). `speech_end_row` is that rule, the one place it is written; the stopping criterion, the
 processor's decoding and the streamers all call it.

@@ -43,7 +43,7 @@ from transformers.generation.stopping_criteria import EosTokenCriteria, Stopping
 from transformers.generation.streamers import BaseStreamer
 from transformers.utils import ModelOutput, logging
 
-from .delay_higgs_v3 import revert_delay_pattern, speech_end_row, speech_rows
+from .delay_higgs_v3 import NO_END, revert_delay_pattern, speech_end_row, speech_rows
 
 
 logger = logging.get_logger(__name__)
@@ -414,9 +414,11 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
 
         generated = outputs.sequences[:, prompt_length:]  # [B*C, R]
         rows = generated.reshape(batch_size, num_codebooks, -1).transpose(1, 2)  # [B, R, C]
-        finished = stopper.finished.clone()
+        # Read off the rows, not the stopper's state: a loop that undoes its last step (transformers' deferred stop
+        # check on MPS) may have let the stopper see a row that is not returned.
         end_row = speech_end_row(rows[..., 0], self.config.audio_eoc_token_id, num_codebooks)
         lengths = speech_rows(end_row, num_codebooks, rows.shape[1])
+        finished = (end_row < NO_END) & (end_row + (num_codebooks - 1) <= rows.shape[1])
         if not return_dict:
             self._warn_unfinished(finished)
             return rows

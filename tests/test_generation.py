@@ -200,6 +200,40 @@ def test_eoc_whose_countdown_is_cut_by_the_limit_is_unfinished(model, caplog):
     assert "reached max_new_tokens without ending" in caplog.text
 
 
+def test_finished_is_read_off_the_returned_rows_when_the_loop_undoes_a_step(model, monkeypatch):
+    """transformers' deferred stop check (used on MPS) runs one extra step and then removes it. When another criterion
+    stops the batch one row before the terminal row, the removed step is the terminal row: the result must say
+    unfinished, whatever our criterion saw. Forced here on the CPU."""
+    import transformers.generation.utils as generation_utils
+    from transformers import StoppingCriteria
+
+    if not hasattr(generation_utils, "DeferredStopCheck"):
+        pytest.skip("this transformers has no deferred stop check")
+
+    class Event:  # the deferred check records device events; a no-op stands in on the CPU
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def record(self, *args):
+            pass
+
+        def synchronize(self):
+            pass
+
+    monkeypatch.setattr(generation_utils.DeferredStopCheck, "is_supported", staticmethod(lambda *a, **k: True))
+    monkeypatch.setattr(torch, "Event", Event)
+    prompt = plain_prompt()
+
+    class StopAllAfterRow14(StoppingCriteria):  # e.g. max_time firing; EOC at row 9 makes row 15 the terminal row
+        def __call__(self, input_ids, scores, **kwargs):
+            return torch.full((input_ids.shape[0],), input_ids.shape[1] - len(prompt) - 1 >= 14)
+
+    out = model.generate(input_ids=prompt[None], do_sample=False, max_new_tokens=40, return_dict_in_generate=True,
+                         logits_processor=[BiasEOC(len(prompt), (9,))], stopping_criteria=[StopAllAfterRow14()])
+    assert out.sequences.shape[1] == 15
+    assert out.finished.tolist() == [False] and out.lengths.tolist() == [15]
+
+
 def test_processor_signatures_are_read_once_not_per_step(model, monkeypatch):
     """transformers' `LogitsProcessorList` inspects every processor's signature on every step; ours reads them once,
     keeping its contract: a processor that needs extra arguments still gets the stock error."""
