@@ -20,8 +20,9 @@ Reverting reads the diagonal back: `R[t, c] = D[t + c, c]` for `t` in `0 .. rows
 
 Generation ends the same way (spec §6): codebook 0 is not checked during the delay window (rows `0 .. C - 1`); its first
 EOC at a row `r >= C` ends speech with `T = r` frames, and `C - 2` more rows follow, so `r + C - 1` rows in all (rows 4
-and 5 above, with `r = 4`). `speech_end_row` is that rule, the one place it is written; the stopping criterion, the
-processor's decoding and the streamers all call it.
+and 5 above, with `r = 4`). `speech_end_row` / `speech_rows` / `speech_finished` are that rule: `generate`'s lengths and
+flags, the processor's decoding and the streamers call them (the stopping criterion applies the same rule one column
+per step, without keeping any state beyond a flag).
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def speech_end_row(codebook0: torch.LongTensor, eoc_id: int, num_codebooks: int,
     """
     num_rows = codebook0.shape[-1]
     is_eoc = codebook0 == eoc_id
-    if num_rows == 1 and first_row >= num_codebooks:  # one new row after the delay window: every decode step
+    if num_rows == 1 and first_row >= num_codebooks:  # one new row after the delay window (a streamer's every put)
         return torch.where(is_eoc[..., 0], first_row, NO_END)
     row = torch.arange(first_row, first_row + num_rows, device=codebook0.device)  # [n]
     ends = torch.where(is_eoc & (row >= num_codebooks), row, NO_END)  # [..., n]
@@ -78,4 +79,10 @@ def speech_rows(end_row: torch.LongTensor, num_codebooks: int, num_rows: int | t
     return torch.clamp(torch.where(end_row < NO_END, end_row + (num_codebooks - 1), num_rows), max=num_rows)
 
 
-__all__ = ["NO_END", "apply_delay_pattern", "revert_delay_pattern", "speech_end_row", "speech_rows"]
+def speech_finished(end_row: torch.LongTensor, num_codebooks: int, num_rows: int) -> torch.BoolTensor:
+    """Whether sequences that ended at `end_row` have all their `end_row + num_codebooks - 1` rows among the first
+    `num_rows` (their terminal row was emitted); never for `NO_END`."""
+    return end_row + (num_codebooks - 1) <= num_rows
+
+
+__all__ = ["NO_END", "apply_delay_pattern", "revert_delay_pattern", "speech_end_row", "speech_finished", "speech_rows"]

@@ -18,7 +18,9 @@ picks one code per row. What is specific to Higgs v3 lives in small pieces aroun
 All per-step state is a few small tensors updated with masks: no Python loop over rows or codebooks and no host
 synchronisation in our code on the per-step path. The per-step Python is kept lean because a small model's step is
 all dispatch: the newest column is embedded with offsets computed once per call, the decode-step logits are a view,
-and the logits processors' signatures are read once (see `_LogitsProcessorList`). The worked example of the spec, with C = 3 (countdown 1):
+and the logits processors' signatures are read once (see `_LogitsProcessorList`).
+
+The worked example of the spec, with C = 3 (countdown 1):
 
 ```
 step  input           emitted          state after
@@ -43,7 +45,7 @@ from transformers.generation.stopping_criteria import EosTokenCriteria, Stopping
 from transformers.generation.streamers import BaseStreamer
 from transformers.utils import ModelOutput, logging
 
-from .delay_higgs_v3 import NO_END, revert_delay_pattern, speech_end_row, speech_rows
+from .delay_higgs_v3 import revert_delay_pattern, speech_end_row, speech_finished, speech_rows
 
 
 logger = logging.get_logger(__name__)
@@ -211,8 +213,9 @@ class HiggsAudioV3StoppingCriteria(StoppingCriteria):
     Equivalently, a sequence is done at step `t` when codebook 0 emitted EOC at row `t - (C - 2)` (or earlier) and
     that row is at least `C`. So each step looks back `C - 2` rows at one column of `input_ids` and ORs the result into
     `ended` (`[batch, C]`, every codebook of a sequence alike); `done` is its flat `[batch * C]` view, the layout of
-    the stock loop's rows. Four tensor ops per step, no countdown to keep: the row that ended speech is read off the
-    generated rows afterwards with `speech_end_row`, the same function the processor and the streamers use.
+    the stock loop's rows. Three tensor ops per step (slice, compare, in-place or), no countdown to keep; `generate`
+    reads lengths and `finished` off the returned rows with `delay_higgs_v3`'s functions, as the processor and the
+    streamers do.
 
     `eos_token_id` is set (to EOC) because the stock loop pads finished rows only when a criterion has one.
     """
@@ -224,11 +227,6 @@ class HiggsAudioV3StoppingCriteria(StoppingCriteria):
         self.prompt_length = prompt_length
         self.ended = torch.zeros(batch_size, num_codebooks, dtype=torch.bool, device=device)
         self.done = self.ended.view(-1)  # [B*C], updated in place with `ended`
-
-    @property
-    def finished(self) -> torch.BoolTensor:
-        """`[batch]`: whether each sequence emitted its terminal row."""
-        return self.ended[:, 0]
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor | None = None, **kwargs) -> torch.BoolTensor:
         lag = self.num_codebooks - 2
@@ -418,7 +416,7 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         # check on MPS) may have let the stopper see a row that is not returned.
         end_row = speech_end_row(rows[..., 0], self.config.audio_eoc_token_id, num_codebooks)
         lengths = speech_rows(end_row, num_codebooks, rows.shape[1])
-        finished = (end_row < NO_END) & (end_row + (num_codebooks - 1) <= rows.shape[1])
+        finished = speech_finished(end_row, num_codebooks, rows.shape[1])
         if not return_dict:
             self._warn_unfinished(finished)
             return rows

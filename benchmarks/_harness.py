@@ -554,6 +554,7 @@ def error_bars(summaries: list[dict], scale: float = 1.0) -> tuple[list[float], 
 
 
 __all__ = [
+    "PINNED_ID",
     "CLOCKS",
     "DTYPES",
     "RESULTS_DIR",
@@ -581,7 +582,6 @@ __all__ = [
     "resolve_clock",
     "run_ours",
     "run_qwen3",
-    "PINNED_ID",
     "run_v2",
     "sampling_options",
     "save_figure",

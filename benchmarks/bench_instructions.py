@@ -9,8 +9,9 @@ Every variant runs in its own process under `valgrind --tool=callgrind`, once ge
 rows after the same warm-up call; the instructions per step are (long - short) / (long - short rows), so imports, model
 building and the prefill cancel out. Python's hash seed is fixed and its garbage collector is off in those processes.
 The counts do not depend on what else runs on the machine, but they are not exact either: on 2026-12-03 one
-variant's per-step count moved by up to 3% between runs (allocator and library internals), so compare several runs. Variants: ours, `qwen3` (plain text
-decoding with an end-of-text id that never fires) and `qwen3_noeos` (no end-of-text id), as in `bench_decode.py`.
+variant's per-step count moved by up to 3% between runs (allocator and library internals), so compare several runs.
+Variants: ours, `qwen3` (plain text decoding with an end-of-text id that never fires) and `qwen3_noeos` (no
+end-of-text id), as in `bench_decode.py`.
 Instructions are not time (cache misses and branch mispredictions are not in them), so this complements, not
 replaces, the timed benchmark. Needs valgrind (Debian: `apt-get install valgrind`). Writes bench_instructions.json
 (no plot; --rounds, --threads and --clock do not apply).

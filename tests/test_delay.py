@@ -6,14 +6,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from higgs_v3.delay_higgs_v3 import NO_END, speech_end_row, speech_rows
+from higgs_v3.delay_higgs_v3 import NO_END, speech_end_row, speech_finished, speech_rows
 
 
 EOC = 1025
 
 
-def end_by_state_machine(codebook0: list[int], num_codebooks: int) -> tuple[int | None, int]:
-    """(row that started the countdown or None, rows emitted), stepping the spec's per-sequence state."""
+def end_by_state_machine(codebook0: list[int], num_codebooks: int) -> tuple[int | None, int, bool]:
+    """(row that started the countdown or None, rows emitted, done), stepping the spec's per-sequence state."""
     delay, countdown = 0, None
     for step, code in enumerate(codebook0):
         if delay < num_codebooks:
@@ -21,12 +21,12 @@ def end_by_state_machine(codebook0: list[int], num_codebooks: int) -> tuple[int 
         elif countdown is not None:
             countdown -= 1
             if countdown == 0:
-                return end_row, step + 1
+                return end_row, step + 1, True
         elif code == EOC:
             end_row, countdown = step, num_codebooks - 2
             if countdown == 0:  # two codebooks: the EOC row is the terminal row
-                return end_row, step + 1
-    return (end_row if countdown is not None else None), len(codebook0)
+                return end_row, step + 1, True
+    return (end_row if countdown is not None else None), len(codebook0), False
 
 
 def test_hand_made_rows():
@@ -42,6 +42,7 @@ def test_hand_made_rows():
     end = speech_end_row(rows, EOC, C)
     assert end.tolist() == [4, 3, NO_END, 5]
     assert speech_rows(end, C, rows.shape[1]).tolist() == [6, 5, 6, 6]
+    assert speech_finished(end, C, rows.shape[1]).tolist() == [True, True, False, False]
 
 
 @pytest.mark.parametrize("num_codebooks", [2, 3, 8])
@@ -51,11 +52,11 @@ def test_random_streams_match_the_state_machine_whole_and_in_pieces(num_codebook
         length = int(torch.randint(1, 30, (), generator=generator))
         codes = torch.randint(0, 4, (length,), generator=generator)
         codes = torch.where(codes == 0, EOC, codes)  # about one EOC in four
-        expected_end, expected_rows = end_by_state_machine(codes.tolist(), num_codebooks)
+        expected_end, expected_rows, done = end_by_state_machine(codes.tolist(), num_codebooks)
         end = speech_end_row(codes[None], EOC, num_codebooks)[0]
         assert int(end) == (NO_END if expected_end is None else expected_end)
-        if expected_rows < length:  # the machine stopped: the terminal row is row expected_rows - 1
-            assert int(speech_rows(end, num_codebooks, length)) == expected_rows
+        assert bool(speech_finished(end, num_codebooks, length)) == done
+        assert int(speech_rows(end, num_codebooks, length)) == expected_rows
         # Streamed: one row at a time, and in chunks of 4, folded with `minimum`, as the streamers do.
         for chunk in (1, 4):
             folded = torch.tensor(NO_END)
