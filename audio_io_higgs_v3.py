@@ -18,6 +18,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -33,6 +34,12 @@ from .codec_higgs_v3 import resample_audio
 
 
 logger = logging.get_logger(__name__)
+
+MIN_REFERENCE_SECONDS: float = 1.0
+"""Shorter reference clips are padded with zeros at the end to this duration."""
+
+MAX_REFERENCE_SECONDS: float = 100.0
+"""Longer reference clips are refused (the official server's limit; 5 to 30 s of clean speech is plenty)."""
 
 AudioLike = str | os.PathLike | np.ndarray | torch.Tensor
 """A reference clip: a file path (wav/flac/ogg/... via libsndfile), or samples as a numpy array or torch tensor."""
@@ -95,8 +102,8 @@ def prepare_reference_waveform(
     audio: AudioLike,
     sampling_rate: int | None = None,
     target_sampling_rate: int = 24000,
-    min_seconds: float = 1.0,
-    max_seconds: float = 100.0,
+    min_seconds: float = MIN_REFERENCE_SECONDS,
+    max_seconds: float = MAX_REFERENCE_SECONDS,
 ) -> torch.FloatTensor:
     """Load and validate a reference clip; return the 24 kHz mono float32 waveform `[N]` the codec encodes.
 
@@ -155,7 +162,7 @@ def prepare_reference_waveform(
     if num_samples > max_seconds * sampling_rate:
         raise ValueError(
             f"Reference audio is {num_samples / sampling_rate:.2f} s long ({num_samples} samples at {sampling_rate} "
-            f"Hz); the longest accepted is {max_seconds:g} s (max_reference_seconds). Trim it: 5 to 30 s of clean "
+            f"Hz); the longest accepted is {max_seconds:g} s. Trim it: 5 to 30 s of clean "
             "speech is enough to clone a voice."
         )
     peak = float(np.abs(samples).max())
@@ -193,6 +200,9 @@ def save_audio(waveform: np.ndarray | torch.Tensor, path: str | os.PathLike, sam
 
 
 # ------------------------------------------------------------------------------------------------------------ voices
+VOICE_FILE_SUFFIXES: tuple[str, ...] = (".safetensors", ".json")
+"""File names a saved voice may have (`HiggsAudioV3Voice.save`); any other path given as a reference is audio."""
+
 VOICE_FORMAT = "higgs_audio_v3_voice"
 VOICE_FORMAT_VERSION = 1
 
@@ -221,6 +231,9 @@ class HiggsAudioV3Voice:
     text: str | None = None
     sampling_rate: int = 24000
     frame_rate: int = 25
+    # The format marker that `from_any` recognises: the same class imported twice (the installed `higgs_v3` package and
+    # a Hub repo's remote code `transformers_modules....`) is two classes, so voices are checked by contract, not type.
+    voice_format: ClassVar[str] = VOICE_FORMAT
 
     def __post_init__(self):
         codes = self.codes
@@ -244,6 +257,27 @@ class HiggsAudioV3Voice:
         if self.text is not None and not isinstance(self.text, str):
             raise ValueError(f"HiggsAudioV3Voice.text must be a string or None, got {type(self.text).__name__}.")
         self.codes = codes.detach().to(device="cpu", dtype=torch.long).contiguous()
+
+    @classmethod
+    def from_any(cls, value, where: str = "the reference") -> HiggsAudioV3Voice:
+        """`value` as a voice of this class: a `HiggsAudioV3Voice` from any import of this module (checked by its
+        `voice_format` marker and fields, not its type) or a path to a saved voice file (`.safetensors` / `.json`)."""
+        if isinstance(value, cls):
+            return value
+        if getattr(value, "voice_format", None) == VOICE_FORMAT:
+            return cls(codes=value.codes, text=value.text, sampling_rate=value.sampling_rate, frame_rate=value.frame_rate)
+        if isinstance(value, (str, os.PathLike)) and Path(value).suffix.lower() in VOICE_FILE_SUFFIXES:
+            return cls.load(value)
+        if isinstance(value, (str, os.PathLike)):
+            raise ValueError(
+                f"{where[:1].upper() + where[1:]} is the path {str(value)!r}, which is not a saved voice file (.safetensors "
+                "/ .json). An audio clip is encoded into a voice first: voice = model.encode_reference(clip, text=...)."
+            )
+        raise ValueError(
+            f"{where[:1].upper() + where[1:]} must be a HiggsAudioV3Voice (from model.encode_reference or "
+            f"HiggsAudioV3Voice.load) or the path of a saved voice file (.safetensors / .json), got "
+            f"{type(value).__name__}. Encode an audio clip with model.encode_reference(clip, text=...)."
+        )
 
     @property
     def num_frames(self) -> int:
@@ -340,4 +374,12 @@ class HiggsAudioV3Voice:
         )
 
 
-__all__ = ["AudioLike", "HiggsAudioV3Voice", "prepare_reference_waveform", "save_audio"]
+__all__ = [
+    "VOICE_FILE_SUFFIXES",
+    "MAX_REFERENCE_SECONDS",
+    "MIN_REFERENCE_SECONDS",
+    "AudioLike",
+    "HiggsAudioV3Voice",
+    "prepare_reference_waveform",
+    "save_audio",
+]

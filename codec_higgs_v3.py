@@ -119,7 +119,8 @@ class HiggsAudioV3Codec(XcodecModel):
 
     ```python
     >>> import torch
-    >>> from higgs_v3.codec_higgs_v3 import HiggsAudioV3Codec, tiny_codec_config
+    >>> from higgs_v3.codec_higgs_v3 import HiggsAudioV3Codec
+    >>> from higgs_v3.tiny_higgs_v3 import tiny_codec_config  # a tiny test config; REAL_CODEC_CONFIG is the real one
     >>> codec = HiggsAudioV3Codec.from_codec_config(tiny_codec_config()).eval()
     >>> codes = codec.encode(torch.randn(1, 1, 24000))
     >>> codes.shape
@@ -238,6 +239,40 @@ class HiggsAudioV3Codec(XcodecModel):
                 )
         return super().decode(audio_codes.long(), return_dict=return_dict)
 
+    # ------------------------------------------------------------------ frames <-> waveforms (the model's one path)
+    @torch.no_grad()
+    def decode_frames(
+        self, codes: torch.LongTensor, code_lengths: torch.LongTensor | list[int] | None = None
+    ) -> list[torch.FloatTensor]:
+        """Raw codes `[batch, frames, num_quantizers]` (frame-major, as `rows_to_codes` gives them) -> one 1-D float32
+        waveform per sequence, `code_lengths[i] * hop_length` samples, on the codes' device.
+
+        Each sequence is decoded at its own length (the decoder's convolutions are not causal, so padding would change
+        its last samples); sequences of equal length are decoded together in one call.
+        """
+        lengths = [codes.shape[1]] * codes.shape[0] if code_lengths is None else [int(n) for n in code_lengths]
+        device = self.fc.weight.device
+        waveforms: list[torch.FloatTensor | None] = [None] * len(lengths)
+        for num_frames in sorted(set(lengths)):
+            group = [i for i, n in enumerate(lengths) if n == num_frames]
+            if num_frames == 0:
+                audio = codes.new_zeros(len(group), 0, dtype=torch.float32)
+            else:
+                frames = codes[group, :num_frames].transpose(1, 2).to(device)  # [G, Q, T]
+                audio = self.decode(frames)[:, 0].to(device=codes.device, dtype=torch.float32)  # [G, T * hop]
+            for row, i in enumerate(group):
+                waveforms[i] = audio[row]
+        return waveforms
+
+    @torch.no_grad()
+    def encode_waveform(self, waveform: torch.FloatTensor) -> torch.LongTensor:
+        """One mono waveform `[samples]` at `sampling_rate` -> its raw codes `[num_frames(samples), num_quantizers]`
+        (frame-major, on the CPU), the layout of a voice and of `apply_delay_pattern`."""
+        if waveform.dim() != 1:
+            raise ValueError(f"encode_waveform takes one mono waveform [samples], got shape {tuple(waveform.shape)}.")
+        codes = self.encode(waveform.to(self.fc.weight.device)[None, None])  # [1, Q, T]
+        return codes[0].T.to("cpu")  # [T, Q]
+
 
 # Keys a codec config must carry: their transformers defaults differ from the real codec (e.g. `target_bandwidths`
 # would give 16 quantizers instead of 8, the default DAC ratios a hop of 320 instead of 960).
@@ -285,72 +320,11 @@ def build_codec_config(codec_config: dict) -> HiggsAudioV2TokenizerConfig:
     return HiggsAudioV2TokenizerConfig(**config_dict)
 
 
-def tiny_codec_config() -> dict:
-    """A shrunk codec config for tests: real strides (24 kHz, hop 960, 8 quantizers, codebook 1024), tiny widths."""
-    return {
-        "acoustic_model_config": {
-            "model_type": "dac",
-            "codebook_dim": 4,
-            "codebook_size": 16,
-            "decoder_hidden_size": 64,
-            "downsampling_ratios": [8, 5, 4, 2, 3],
-            "encoder_hidden_size": 4,
-            "hidden_size": 16,
-            "hop_length": 960,
-            "n_codebooks": 1,
-            "quantizer_dropout": 0,
-            "sampling_rate": 16000,
-            "upsampling_ratios": [8, 5, 4, 2, 3],
-        },
-        "block_dilations": [1, 1],
-        "channel_ratios": [1, 1],
-        "codebook_dim": 8,
-        "codebook_size": 1024,
-        "downsample_factor": 320,
-        "initializer_range": 0.02,
-        "kernel_size": 3,
-        "model_type": "higgs_audio_v2_tokenizer",
-        "sample_rate": 24000,
-        "semantic_model_config": {
-            "model_type": "hubert",
-            "conv_bias": False,
-            "conv_dim": [16, 16, 16, 16, 16, 16, 16],
-            "conv_kernel": [10, 3, 3, 3, 3, 2, 2],
-            "conv_stride": [5, 2, 2, 2, 2, 2, 2],
-            "do_stable_layer_norm": False,
-            "feat_extract_norm": "group",
-            "feat_proj_layer_norm": True,
-            "hidden_size": 32,
-            "intermediate_size": 64,
-            "mask_time_prob": 0.0,
-            "num_attention_heads": 2,
-            "num_conv_pos_embedding_groups": 4,
-            "num_conv_pos_embeddings": 16,
-            "num_feat_extract_layers": 7,
-            "num_hidden_layers": 2,
-            "vocab_size": 32,
-        },
-        "semantic_sample_rate": 16000,
-        "strides": [1, 1],
-        "target_bandwidths": [0.5, 1, 1.5, 2],
-        "unit_kernel_size": 3,
-    }
-
-
-def codec_state_dict_names(codec_config: dict) -> list[str]:
-    """The codec's parameter and buffer names for `codec_config`, built on the meta device (no memory, no init)."""
-    with torch.device("meta"):
-        codec = HiggsAudioV3Codec.from_codec_config(codec_config)
-    return list(codec.state_dict().keys())
-
-
 __all__ = [
     "REQUIRED_CODEC_CONFIG_KEYS",
     "HiggsAudioV3Codec",
     "HiggsAudioV3ResidualVectorQuantization",
     "HiggsAudioV3VectorQuantization",
     "build_codec_config",
-    "codec_state_dict_names",
     "resample_audio",
-    "tiny_codec_config",
 ]

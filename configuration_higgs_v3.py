@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from transformers import Qwen3Config
 
+from .delay_higgs_v3 import HiggsAudioV3AudioSpec
+
 
 # The real codec configuration (Higgs Audio v2 tokenizer, 8 quantizers, hop 960). The original checkpoint does not
 # ship it, so the converter and `HiggsAudioV3Config.default_codec_config()` carry it.
@@ -125,7 +127,7 @@ class HiggsAudioV3Config(Qwen3Config):
     >>> from configuration_higgs_v3 import HiggsAudioV3Config
     >>> config = HiggsAudioV3Config(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
     ...                             num_attention_heads=4, num_key_value_heads=2, head_dim=16)
-    >>> config.num_codebooks, config.codebook_size, config.samples_per_frame
+    >>> config.num_codebooks, config.codebook_size, config.audio_spec.samples_per_frame
     (8, 1026, 960)
     ```
     """
@@ -178,14 +180,10 @@ class HiggsAudioV3Config(Qwen3Config):
 
     # ------------------------------------------------------------------ derived values
     @property
-    def samples_per_frame(self) -> int:
-        """Waveform samples per codec frame (960 for 24 kHz at 25 frames per second)."""
-        return self.sampling_rate // self.frame_rate
-
-    @property
-    def max_delay(self) -> int:
-        """Rows the delay pattern adds to a clip: `num_codebooks - 1`."""
-        return self.num_codebooks - 1
+    def audio_spec(self) -> HiggsAudioV3AudioSpec:
+        """The audio constants (codebooks, BOC/EOC, placeholder, sampling and frame rate) with the rows / frames /
+        seconds arithmetic, as the processor and the streamers use them."""
+        return HiggsAudioV3AudioSpec.from_config(self)
 
     @property
     def audio_vocab_size(self) -> int:
@@ -202,19 +200,13 @@ class HiggsAudioV3Config(Qwen3Config):
     # ------------------------------------------------------------------ validation
     def validate_audio_fields(self) -> None:
         """Raise a `ValueError` naming the values when audio fields do not agree with each other."""
-        if self.num_codebooks < 2:
-            raise ValueError(
-                f"num_codebooks must be at least 2 (the delay pattern's end needs a countdown of num_codebooks - 2 "
-                f"rows), got {self.num_codebooks}."
-            )
+        spec = self.audio_spec  # validates codebooks, BOC / EOC and the rates
         if self.codebook_size < 3:
             raise ValueError(f"codebook_size must be at least 3 (codes, BOC, EOC), got {self.codebook_size}.")
         for name in ("audio_boc_token_id", "audio_eoc_token_id"):
             value = getattr(self, name)
             if not 0 <= value < self.codebook_size:
                 raise ValueError(f"{name}={value} must lie in 0..{self.codebook_size - 1} (codebook_size={self.codebook_size}).")
-        if self.audio_boc_token_id == self.audio_eoc_token_id:
-            raise ValueError(f"audio_boc_token_id and audio_eoc_token_id must differ, both are {self.audio_boc_token_id}.")
         if min(self.audio_boc_token_id, self.audio_eoc_token_id) != self.codebook_size - 2:
             raise ValueError(
                 f"BOC and EOC must be the last two entries of each codebook: audio_boc_token_id={self.audio_boc_token_id}, "
@@ -240,14 +232,10 @@ class HiggsAudioV3Config(Qwen3Config):
             self.ref_text_token_id,
         ):
             raise ValueError(f"audio_placeholder_id={self.audio_placeholder_id} collides with a prompt special token id.")
-        if self.sampling_rate <= 0 or self.frame_rate <= 0 or self.sampling_rate % self.frame_rate:
-            raise ValueError(
-                f"sampling_rate={self.sampling_rate} must be a positive multiple of frame_rate={self.frame_rate}."
-            )
         if self.codec_config is not None:
-            self._validate_codec_config(self.codec_config)
+            self._validate_codec_config(self.codec_config, spec)
 
-    def _validate_codec_config(self, codec: dict) -> None:
+    def _validate_codec_config(self, codec: dict, spec: HiggsAudioV3AudioSpec) -> None:
         sample_rate = codec.get("sample_rate", self.sampling_rate)
         if sample_rate != self.sampling_rate:
             raise ValueError(f"codec_config sample_rate={sample_rate} differs from sampling_rate={self.sampling_rate}.")
@@ -263,10 +251,10 @@ class HiggsAudioV3Config(Qwen3Config):
             hop = 1
             for r in ratios:
                 hop *= r
-            if hop != self.samples_per_frame:
+            if hop != spec.samples_per_frame:
                 raise ValueError(
                     f"codec_config hop length {hop} (product of downsampling_ratios {list(ratios)}) differs from "
-                    f"sampling_rate / frame_rate = {self.samples_per_frame}."
+                    f"sampling_rate / frame_rate = {spec.samples_per_frame}."
                 )
             bandwidths = codec.get("target_bandwidths")
             codebook_bits = max(1, (codes - 1).bit_length())

@@ -21,11 +21,16 @@ Reverting reads the diagonal back: `R[t, c] = D[t + c, c]` for `t` in `0 .. rows
 Generation ends the same way (spec §6): codebook 0 is not checked during the delay window (rows `0 .. C - 1`); its first
 EOC at a row `r >= C` ends speech with `T = r` frames, and `C - 2` more rows follow, so `r + C - 1` rows in all (rows 4
 and 5 above, with `r = 4`). `speech_end_row` / `speech_rows` / `speech_finished` are that rule: `generate`'s lengths and
-flags, the processor's decoding and the streamers call them (the stopping criterion applies the same rule one column
-per step, without keeping any state beyond a flag).
+flags, the decoding of rows to audio and the streamers call them (the stopping criterion applies the same rule one
+column per step, without keeping any state beyond a flag). `rows_to_codes` is the one way from generated rows to the
+codes the codec decodes, and `HiggsAudioV3AudioSpec` holds the audio constants with the rows / frames / seconds
+arithmetic, so that no other module writes `num_codebooks - 1` itself.
 """
 
 from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -85,4 +90,123 @@ def speech_finished(end_row: torch.LongTensor, num_codebooks: int, num_rows: int
     return end_row + (num_codebooks - 1) <= num_rows
 
 
-__all__ = ["NO_END", "apply_delay_pattern", "revert_delay_pattern", "speech_end_row", "speech_finished", "speech_rows"]
+def rows_to_codes(
+    rows: torch.LongTensor, boc_id: int, eoc_id: int, lengths: torch.LongTensor | None = None
+) -> tuple[torch.LongTensor, torch.LongTensor]:
+    """Generated delayed rows -> the raw codes the codec decodes.
+
+    `rows` `[batch, R, C]`; `lengths` `[batch]` valid rows per sequence (None: read off codebook 0 with
+    `speech_end_row` / `speech_rows`, every row while a sequence has not ended). Returns `(codes, code_lengths)`:
+    `codes` `[batch, max(R - C + 1, 0), C]` with every code `>= boc_id` (a stray BOC/EOC, or padding) and every frame
+    at or beyond a sequence's `code_lengths = max(lengths - (C - 1), 0)` set to 0, as the reference decoder does.
+    """
+    num_codebooks = rows.shape[-1]
+    if lengths is None:
+        lengths = speech_rows(speech_end_row(rows[..., 0], eoc_id, num_codebooks), num_codebooks, rows.shape[-2])
+    code_lengths = (lengths - (num_codebooks - 1)).clamp(min=0)  # [B]
+    if rows.shape[-2] < num_codebooks:  # not even one complete frame
+        return rows.new_zeros(*rows.shape[:-2], 0, num_codebooks), code_lengths
+    codes = revert_delay_pattern(rows)  # [B, T, C]
+    frame = torch.arange(codes.shape[-2], device=codes.device)[:, None]  # [T, 1]
+    invalid = (codes >= boc_id) | (frame >= code_lengths[..., None, None])  # [B, T, C]
+    return codes.masked_fill(invalid, 0), code_lengths
+
+
+@dataclass(frozen=True)
+class HiggsAudioV3AudioSpec:
+    r"""
+    The audio constants that the model, the processor and the streamers agree on, with the rows / frames / seconds
+    arithmetic of the delay pattern. Built from a config (`config.audio_spec`) or from a processor's settings; the
+    field names are the config's. Validated once here, for whoever builds it.
+
+    Example:
+
+    ```python
+    >>> spec = HiggsAudioV3AudioSpec()
+    >>> spec.samples_per_frame, spec.rows(50), spec.frames(57), spec.rows_for_seconds(2.0)
+    (960, 57, 50, 57)
+    ```
+    """
+
+    num_codebooks: int = 8
+    audio_boc_token_id: int = 1024
+    audio_eoc_token_id: int = 1025
+    audio_placeholder_id: int = -100
+    sampling_rate: int = 24000
+    frame_rate: int = 25
+
+    def __post_init__(self):
+        if self.num_codebooks < 2:
+            raise ValueError(
+                f"num_codebooks must be at least 2 (the delay pattern's end needs a countdown of num_codebooks - 2 "
+                f"rows), got {self.num_codebooks}."
+            )
+        boc, eoc = self.audio_boc_token_id, self.audio_eoc_token_id
+        if boc < 0 or eoc < 0 or boc == eoc:
+            raise ValueError(f"audio_boc_token_id={boc} and audio_eoc_token_id={eoc} must be two different codes >= 0.")
+        if self.sampling_rate <= 0 or self.frame_rate <= 0 or self.sampling_rate % self.frame_rate:
+            raise ValueError(
+                f"sampling_rate={self.sampling_rate} must be a positive multiple of frame_rate={self.frame_rate}."
+            )
+
+    @classmethod
+    def from_config(cls, config) -> HiggsAudioV3AudioSpec:
+        """The spec of a `HiggsAudioV3Config` (or any object with the same field names)."""
+        return cls(**{field.name: getattr(config, field.name) for field in fields(cls)})
+
+    def to_dict(self) -> dict[str, int]:
+        return {field.name: getattr(self, field.name) for field in fields(self)}
+
+    # ------------------------------------------------------------------ arithmetic
+    @property
+    def samples_per_frame(self) -> int:
+        """Waveform samples per codec frame (960 for 24 kHz at 25 frames per second)."""
+        return self.sampling_rate // self.frame_rate
+
+    @property
+    def max_delay(self) -> int:
+        """Rows the delay pattern adds to a clip: `num_codebooks - 1`."""
+        return self.num_codebooks - 1
+
+    def rows(self, frames: int) -> int:
+        """Delayed rows of a clip of `frames` frames (`frames + num_codebooks - 1`)."""
+        return frames + self.max_delay
+
+    def frames(self, rows: int) -> int:
+        """Complete frames in `rows` delayed rows (`max(rows - (num_codebooks - 1), 0)`)."""
+        return max(rows - self.max_delay, 0)
+
+    def rows_for_seconds(self, seconds: float) -> int:
+        """Rows that hold `seconds` of audio: `ceil(seconds * frame_rate) + num_codebooks - 1`."""
+        return self.rows(math.ceil(seconds * self.frame_rate))
+
+    def seconds(self, frames: int) -> float:
+        """Duration of `frames` codec frames in seconds."""
+        return frames / self.frame_rate
+
+    # ------------------------------------------------------------------ codes
+    def delay(self, codes: torch.LongTensor) -> torch.LongTensor:
+        """`apply_delay_pattern` with this spec's BOC / EOC."""
+        return apply_delay_pattern(codes, self.audio_boc_token_id, self.audio_eoc_token_id)
+
+    def rows_to_codes(
+        self, rows: torch.LongTensor, lengths: torch.LongTensor | None = None
+    ) -> tuple[torch.LongTensor, torch.LongTensor]:
+        """`rows_to_codes` with this spec's BOC / EOC."""
+        return rows_to_codes(rows, self.audio_boc_token_id, self.audio_eoc_token_id, lengths)
+
+    def speech_end_row(self, codebook0: torch.LongTensor, first_row: int = 0) -> torch.LongTensor:
+        """`speech_end_row` with this spec's EOC and codebook count."""
+        return speech_end_row(codebook0, self.audio_eoc_token_id, self.num_codebooks, first_row)
+
+
+__all__ = [
+    "NO_END",
+    "HiggsAudioV3AudioSpec",
+    "apply_delay_pattern",
+    "revert_delay_pattern",
+    "rows_to_codes",
+    "speech_end_row",
+    "speech_finished",
+    "speech_rows",
+]

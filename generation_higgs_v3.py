@@ -9,11 +9,13 @@ picks one code per row. What is specific to Higgs v3 lives in small pieces aroun
 - `prepare_inputs_for_generation`: the prefill embeds the prompt (reference placeholders replaced by their rows); each
   later step embeds the previous row as emitted (fused codebook embedding, replacing the token embedding).
 - `HiggsAudioV3DelayPatternLogitsProcessor`: during the first `C - 1` steps, codebooks `c > step` are forced to BOC.
-- `HiggsAudioV3SeededSampler`: temperature / top-k / top-p / min-p are transformers' own warpers; the draw itself uses a
-  counter-based generator keyed by (row seed, step, codebook), so a row gives the same codes alone or in a batch.
+- Sampling: temperature / top-k / top-p / min-p are transformers' own warpers, built by `generate` in the spec's order
+  (an unset field applies nothing); the draw, `HiggsAudioV3SeededSampler`, uses a counter-based generator keyed by
+  (row seed, step, codebook), so a row gives the same codes alone or in a batch. The stock loop runs greedy over its
+  one-hot scores.
 - `HiggsAudioV3StoppingCriteria`: per sequence, after the delay window, codebook 0 emitting EOC starts a countdown of
   `C - 2` more rows; the row on which it reaches 0 is emitted and the sequence stops (finished rows are padded with EOC).
-  The rule itself is `delay_higgs_v3.speech_end_row`, shared with the processor and the streamers.
+  The rule itself is `delay_higgs_v3.speech_end_row`, shared with the decoding of rows to audio and the streamers.
 
 All per-step state is a few small tensors updated with masks: no Python loop over rows or codebooks and no host
 synchronisation in our code on the per-step path. The per-step Python is kept lean because a small model's step is
@@ -45,10 +47,38 @@ from transformers.generation.stopping_criteria import EosTokenCriteria, Stopping
 from transformers.generation.streamers import BaseStreamer
 from transformers.utils import ModelOutput, logging
 
-from .delay_higgs_v3 import revert_delay_pattern, speech_end_row, speech_finished, speech_rows
+from .delay_higgs_v3 import speech_finished, speech_rows
+from .sampling_higgs_v3 import HiggsAudioV3SeededSampler, check_seed, draw_seed, sampling_warpers
 
 
 logger = logging.get_logger(__name__)
+
+MAX_NEW_TOKENS: int = 2048
+"""The official server's limit of generated rows (about 82 s of audio at 25 frames per second); the default of
+`max_new_tokens`."""
+
+MAX_POSITIONS: int = 4096
+"""The official server's limit on one request's positions, prompt plus generated rows: `generate` refuses a longer
+prompt and clips `max_new_tokens` (with a warning naming the numbers) to stay within it. `max_positions=None` lifts it."""
+
+
+def default_generation_config(config) -> GenerationConfig:
+    """The generation defaults of the official server, the one home of these values: sampling at temperature 1.0 and
+    nothing else (top-k and top-p written out as off, so that no reader of `generation_config.json` falls back to a
+    library default such as transformers' top-k of 50), up to `MAX_NEW_TOKENS` rows. The model's `generation_config`
+    and the converter's `generation_config.json` are this. `config` is a `HiggsAudioV3Config`."""
+    return GenerationConfig(
+        do_sample=True,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        max_new_tokens=MAX_NEW_TOKENS,
+        use_cache=True,
+        bos_token_id=config.bos_token_id,
+        eos_token_id=config.eos_token_id,
+        pad_token_id=config.pad_token_id,
+    )
+
 
 # Generation options that have no meaning for audio codes, with the value that means "off".
 _UNSUPPORTED_OPTIONS: dict[str, object] = {
@@ -145,67 +175,6 @@ class HiggsAudioV3DelayPatternLogitsProcessor(LogitsProcessor):
         return torch.where((codebook > step)[:, None], forced, scores)
 
 
-_MASK32 = 0xFFFFFFFF
-
-
-def _mul32(x: torch.Tensor, k: int) -> torch.Tensor:
-    """`x * k mod 2**32` for int64 `x` in [0, 2**32), without int64 overflow."""
-    low = (x * (k & 0xFFFF)) & _MASK32
-    high = ((x * (k >> 16)) & 0xFFFF) << 16
-    return (low + high) & _MASK32
-
-
-def _mix32(x: torch.Tensor) -> torch.Tensor:
-    """A 32-bit integer hash (lowbias32) on int64 tensors holding values in [0, 2**32)."""
-    x = x ^ (x >> 16)
-    x = _mul32(x, 0x7FEB352D)
-    x = x ^ (x >> 15)
-    x = _mul32(x, 0x846CA68B)
-    return x ^ (x >> 16)
-
-
-def counter_uniform(
-    seeds: torch.LongTensor, step: int | torch.LongTensor, codebook: torch.LongTensor, num_codebooks: int
-) -> torch.Tensor:
-    """Uniform numbers in [0, 1) keyed by (seed, step, codebook): the same key gives the same number on any batch.
-
-    `seeds`, `step` and `codebook` broadcast together (e.g. `[rows]`, an int, `[rows]`); returns float32 with 24
-    random bits in the broadcast shape.
-    """
-    seed_low = seeds & _MASK32
-    seed_high = (seeds >> 32) & _MASK32
-    counter = (codebook + step * num_codebooks) & _MASK32
-    x = _mix32(seed_high ^ 0x9E3779B9)
-    x = _mix32(x ^ seed_low)
-    x = _mix32(x ^ counter)
-    return (x >> 8).to(torch.float32) / float(1 << 24)
-
-
-class HiggsAudioV3SeededSampler(LogitsProcessor):
-    r"""The draw of sampling, after transformers' warpers: softmax, then inverse-CDF with a counter-based uniform.
-
-    Returns scores that are 0 at the drawn code and -inf elsewhere, so the stock loop's argmax picks it. Each sequence
-    has its own seed; the uniform for (sequence, step, codebook) does not depend on the other sequences.
-    """
-
-    def __init__(self, seeds: torch.LongTensor, num_codebooks: int, prompt_length: int, max_new_tokens: int):
-        self.prompt_length = prompt_length
-        row_seeds = seeds.repeat_interleave(num_codebooks)[None, :]  # [1, B*C]
-        codebook = (torch.arange(row_seeds.shape[1], device=seeds.device) % num_codebooks)[None, :]  # [1, B*C]
-        steps = torch.arange(max_new_tokens, device=seeds.device)[:, None]  # [S, 1]
-        # Every uniform of the call, computed once: [S, B*C] (2048 x 16 x 8 floats = 1 MiB).
-        self.uniforms = counter_uniform(row_seeds, steps, codebook, num_codebooks)
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        step = input_ids.shape[1] - self.prompt_length
-        probs = torch.softmax(scores.float(), dim=-1)  # [B*C, V]
-        cdf = probs.cumsum(dim=-1)  # [B*C, V]
-        uniform = self.uniforms[min(step, self.uniforms.shape[0] - 1)].to(cdf.device)  # [B*C]
-        target = (uniform[:, None] * cdf[:, -1:]).contiguous()  # [B*C, 1], strictly below the total mass
-        drawn = torch.searchsorted(cdf, target, right=True).clamp_(max=scores.shape[-1] - 1)  # first cdf > target
-        return torch.full_like(scores, -float("inf")).scatter_(1, drawn, 0.0)
-
-
 class HiggsAudioV3StoppingCriteria(StoppingCriteria):
     r"""The end of speech, per sequence (`delay_higgs_v3.speech_end_row`): after the delay window, the first EOC of
     codebook 0 at a row `r >= C` starts a countdown of `C - 2` rows, and row `r + C - 2` is the last one emitted.
@@ -237,6 +206,7 @@ class HiggsAudioV3StoppingCriteria(StoppingCriteria):
         return self.done
 
 
+# *** Higgs v3 specific: a speed-up of the stock loop's per-step bookkeeping, installed by `_get_logits_processor` ***
 class _LogitsProcessorList(LogitsProcessorList):
     """`LogitsProcessorList` that reads each processor's signature once, not on every step as the stock one does
     (`inspect.signature` of a bound method costs about as much as a small decode step's other bookkeeping). Same
@@ -261,6 +231,9 @@ class _LogitsProcessorList(LogitsProcessorList):
         return scores
 
 
+# *** end Higgs v3 specific ***
+
+
 class _RowStreamer(BaseStreamer):
     """Hands the user's streamer one `[batch, num_codebooks]` row per step instead of the flat `[batch * C]` codes;
     the prompt that the stock loop puts first is not forwarded."""
@@ -280,23 +253,26 @@ class _RowStreamer(BaseStreamer):
         self.streamer.end()
 
 
+def _audio_code_offsets(batch_size: int, num_codebooks: int, codebook_size: int, device) -> torch.LongTensor:
+    """`[batch * C, 1]`: `c * codebook_size` for stock-loop row `b * C + c`, whose codes index rows
+    `c * codebook_size + code` of the fused embedding. Computed once per call, added to the newest column each step."""
+    codebook = torch.arange(batch_size * num_codebooks, device=device) % num_codebooks
+    return (codebook * codebook_size)[:, None]
+
+
+# The stock loop's view of the sampling fields: the values its validation reads as "not set" (transformers' global
+# defaults), so that it builds no warper and warns about no sampling flag, whatever the model's generation config says.
+_STOCK_SAMPLING_FIELDS: dict[str, object] = {"temperature": 1.0, "top_k": 50, "top_p": 1.0, "min_p": None}
+
+
 # ---------------------------------------------------------------------------------------------- the mixin
 class HiggsAudioV3GenerationMixin(GenerationMixin):
-    r"""`generate` for Higgs Audio v3: the delay-pattern state machine around transformers' stock decoding loop."""
+    r"""`generate` for Higgs Audio v3: the delay-pattern state machine around transformers' stock decoding loop.
 
-    def _default_audio_generation_config(self) -> GenerationConfig:
-        """The official server's sampling defaults: temperature 1.0, no top-k, no top-p, up to 2048 rows."""
-        return GenerationConfig(
-            do_sample=True,
-            temperature=1.0,
-            top_k=None,
-            top_p=None,
-            max_new_tokens=2048,
-            use_cache=True,
-            bos_token_id=self.config.bos_token_id,
-            eos_token_id=self.config.eos_token_id,
-            pad_token_id=self.config.pad_token_id,
-        )
+    The steps, each a method of a screen: `_audio_generation_config` (options checked, the stock loop's config),
+    `_audio_generation_pieces` (our logits processors and stopping criterion), the stock `generate` over `B * C`
+    rows, and `_audio_generation_output` (lengths, flags, codes and waveforms read off the returned rows).
+    """
 
     @torch.no_grad()
     def generate(
@@ -311,6 +287,7 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         streamer: BaseStreamer | None = None,
         seed: int | list[int] | torch.Tensor | None = None,
         output_audio: bool | None = None,
+        max_positions: int | None = MAX_POSITIONS,
         **kwargs,
     ) -> HiggsAudioV3GenerationOutput | torch.LongTensor:
         r"""
@@ -322,14 +299,18 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
             audio_input_ids / audio_input_ids_mask: the delayed reference rows, as in `forward`.
             attention_mask (`[batch, length]`): 0 on left padding (all ones when omitted).
             generation_config / kwargs: `do_sample`, `temperature`, `top_k`, `top_p`, `min_p`, `max_new_tokens` (audio
-                rows, default 2048), `use_cache`, `cache_implementation`, `return_dict_in_generate`, `output_scores`,
-                `output_logits`. Beam search, assisted decoding, repetition penalties, bad words and the like raise a
-                `ValueError`.
+                rows, default `MAX_NEW_TOKENS` = 2048), `use_cache`, `cache_implementation`, `return_dict_in_generate`,
+                `output_scores`, `output_logits`. An unset `top_k` / `top_p` / `min_p` applies nothing. Beam search,
+                assisted decoding, repetition penalties, bad words and the like raise a `ValueError`.
             streamer: receives each new row as a `[batch, num_codebooks]` tensor (`put`), then `end()`.
-            seed: `int` (every sequence uses it) or one seed per sequence (list or `[batch]` tensor). A sequence
-                with a given seed gets the same codes alone or inside any batch. Without a seed, one is drawn from
-                torch's global RNG (so `torch.manual_seed` makes runs repeatable). Ignored for greedy decoding.
+            seed: `int` (every sequence uses it) or one seed per sequence (list or `[batch]` tensor), in
+                `[0, 2**62)`. A sequence with a given seed gets the same codes alone or inside any batch. Without a
+                seed, one is drawn from torch's global RNG (so `torch.manual_seed` makes runs repeatable). Ignored for
+                greedy decoding.
             output_audio: decode waveforms with the codec (default: when `return_dict_in_generate` and a codec).
+            max_positions: the most positions of one request, prompt plus rows (default `MAX_POSITIONS`, the official
+                server's 4096): a longer prompt is refused, a `max_new_tokens` that would pass it is clipped with a
+                warning. None lifts the limit.
 
         Returns:
             `HiggsAudioV3GenerationOutput` when `return_dict_in_generate=True`, else the delayed rows
@@ -342,6 +323,33 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         >>> out.finished, out.audio[0].shape  # doctest: +SKIP
         ```
         """
+        self._check_generate_arguments(input_ids, kwargs)
+        generation_config, model_kwargs, warpers, return_dict = self._audio_generation_config(generation_config, kwargs)
+        num_codebooks = self.config.num_codebooks
+        batch_size, prompt_length = input_ids.shape
+        self._limit_positions(generation_config, prompt_length, max_positions)
+        processors, stopper = self._audio_generation_pieces(
+            generation_config, warpers, seed, batch_size, prompt_length, input_ids.device
+        )
+        # *** Higgs v3 specific: the stock loop runs over B * C rows, row b * C + c holding codebook c ***
+        outputs = super().generate(
+            input_ids=input_ids.repeat_interleave(num_codebooks, dim=0),  # [B * C, L]
+            attention_mask=attention_mask if attention_mask is not None else torch.ones_like(input_ids),
+            audio_input_ids=audio_input_ids,
+            audio_input_ids_mask=audio_input_ids_mask,
+            audio_prompt_length=prompt_length,
+            audio_code_offsets=_audio_code_offsets(batch_size, num_codebooks, self.config.codebook_size, input_ids.device),
+            generation_config=generation_config,
+            logits_processor=LogitsProcessorList([*(logits_processor or []), *processors]),
+            stopping_criteria=StoppingCriteriaList([*(stopping_criteria or []), stopper]),
+            streamer=_RowStreamer(streamer, num_codebooks) if streamer is not None else None,
+            **model_kwargs,
+        )
+        # *** end Higgs v3 specific ***
+        return self._audio_generation_output(outputs, batch_size, prompt_length, return_dict, output_audio)
+
+    # -------------------------------------------------------------------------------------- generate, step by step
+    def _check_generate_arguments(self, input_ids: torch.LongTensor | None, kwargs: dict) -> None:
         for name in _UNSUPPORTED_ARGUMENTS:
             if kwargs.get(name) is not None:
                 raise ValueError(f"generate() does not support `{name}` for audio codes. Supported: {_SUPPORTED}.")
@@ -356,81 +364,98 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
             shape = None if input_ids is None else tuple(input_ids.shape)
             raise ValueError(f"generate() needs input_ids of shape [batch, length], got {shape}.")
 
+    def _audio_generation_config(
+        self, generation_config: GenerationConfig | None, kwargs: dict
+    ) -> tuple[GenerationConfig, dict, list[LogitsProcessor] | None, bool]:
+        """The user's options, checked, and the config the stock loop runs with. Returns `(config for the stock loop,
+        model kwargs, the sampling warpers (None for greedy decoding), whether the caller asked for a dict output)`."""
         if generation_config is None:
             generation_config = self.generation_config
             if generation_config.max_new_tokens is None:  # a model built from a config, not loaded with its defaults
-                generation_config = self._default_audio_generation_config()
+                generation_config = default_generation_config(self.config)
         generation_config = copy.deepcopy(generation_config)
         model_kwargs = generation_config.update(**kwargs)
-        if generation_config.max_new_tokens is None:
-            # e.g. transformers 5.5's text-to-speech pipeline, which drops it when it sets max_length
-            generation_config.max_new_tokens = self.generation_config.max_new_tokens or 2048
+        if generation_config.max_new_tokens is None:  # e.g. transformers 5.5's pipeline drops it when it sets max_length
+            generation_config.max_new_tokens = self.generation_config.max_new_tokens or MAX_NEW_TOKENS
         self._check_generation_options(generation_config)
-
-        num_codebooks = self.config.num_codebooks
-        batch_size, prompt_length = input_ids.shape
-        device = input_ids.device
-        if attention_mask is None:
-            attention_mask = torch.ones_like(input_ids)
-        max_new_tokens = generation_config.max_new_tokens
-
-        # *** Higgs v3 specific: the stock loop sees B * C rows; finished rows are padded with EOC ***
-        generation_config.pad_token_id = self.config.audio_eoc_token_id
-        generation_config.eos_token_id = None
-        generation_config.bos_token_id = None
         return_dict = generation_config.return_dict_in_generate
-        generation_config.return_dict_in_generate = True
-
-        own_processors = LogitsProcessorList(
-            [HiggsAudioV3DelayPatternLogitsProcessor(num_codebooks, self.config.audio_boc_token_id, prompt_length)]
-        )
-        if generation_config.do_sample:
-            own_processors.append(
-                HiggsAudioV3SeededSampler(
-                    self._sequence_seeds(seed, batch_size, device), num_codebooks, prompt_length, max_new_tokens
-                )
-            )
-        stopper = HiggsAudioV3StoppingCriteria(
-            batch_size, num_codebooks, self.config.audio_eoc_token_id, prompt_length, device
-        )
-        outputs = super().generate(
-            input_ids=input_ids.repeat_interleave(num_codebooks, dim=0),  # [B*C, L]: row b*C + c
-            attention_mask=attention_mask,
-            audio_input_ids=audio_input_ids,
-            audio_input_ids_mask=audio_input_ids_mask,
-            audio_prompt_length=prompt_length,
-            # Row b * C + c of the stock loop holds codebook c: its codes index rows c * codebook_size + code of the
-            # fused embedding. Computed once here so that each step adds it to the newest column (no arange per step).
-            audio_code_offsets=self.audio_code_offsets(batch_size, device),
-            generation_config=generation_config,
-            logits_processor=LogitsProcessorList(list(logits_processor or []) + list(own_processors)),
-            stopping_criteria=StoppingCriteriaList(list(stopping_criteria or []) + [stopper]),
-            streamer=_RowStreamer(streamer, num_codebooks) if streamer is not None else None,
-            **model_kwargs,
-        )
+        warpers = sampling_warpers(generation_config) if generation_config.do_sample else None
+        # *** Higgs v3 specific: what the stock loop is told, changed here in the open ***
+        # Sampling is ours (per-sequence seeds): the warpers above and the seeded sampler's draw. The stock loop runs
+        # greedy over the sampler's one-hot scores, so it gets no sampling fields (it would build its own warpers, with
+        # a hidden top-k of 50, and draw again from the global RNG).
+        generation_config.update(do_sample=False, **_STOCK_SAMPLING_FIELDS)
+        generation_config.pad_token_id = self.config.audio_eoc_token_id  # finished rows are padded with EOC
+        generation_config.eos_token_id = None  # our stopping criterion ends sequences
+        generation_config.bos_token_id = None
+        generation_config.return_dict_in_generate = True  # our output is read off the stock one
         # *** end Higgs v3 specific ***
+        return generation_config, model_kwargs, warpers, return_dict
 
-        generated = outputs.sequences[:, prompt_length:]  # [B*C, R]
-        rows = generated.reshape(batch_size, num_codebooks, -1).transpose(1, 2)  # [B, R, C]
-        # Read off the rows, not the stopper's state: a loop that undoes its last step (transformers' deferred stop
-        # check on MPS) may have let the stopper see a row that is not returned.
-        end_row = speech_end_row(rows[..., 0], self.config.audio_eoc_token_id, num_codebooks)
-        lengths = speech_rows(end_row, num_codebooks, rows.shape[1])
-        finished = speech_finished(end_row, num_codebooks, rows.shape[1])
+    def _limit_positions(self, generation_config: GenerationConfig, prompt_length: int, max_positions: int | None) -> None:
+        """Keep prompt plus rows within `max_positions` (see `MAX_POSITIONS`): refuse a prompt that fills it, clip
+        `max_new_tokens` with a warning that names the numbers."""
+        if max_positions is None:
+            return
+        room = max_positions - prompt_length
+        if room < 1:
+            raise ValueError(
+                f"The prompt has {prompt_length} positions, but one request may use at most max_positions="
+                f"{max_positions} (prompt plus generated rows, the official server's limit). Use a shorter reference "
+                "clip or text (synthesize_long splits long text), or pass max_positions=None to lift the limit."
+            )
+        if generation_config.max_new_tokens > room:
+            logger.warning(
+                f"max_new_tokens={generation_config.max_new_tokens} after a {prompt_length}-position prompt would pass "
+                f"the limit of {max_positions} positions (max_positions, the official server's); generating at most "
+                f"{room} rows."
+            )
+            generation_config.max_new_tokens = room
+
+    def _audio_generation_pieces(
+        self,
+        generation_config: GenerationConfig,
+        warpers: list[LogitsProcessor] | None,
+        seed,
+        batch_size: int,
+        prompt_length: int,
+        device: torch.device,
+    ) -> tuple[list[LogitsProcessor], HiggsAudioV3StoppingCriteria]:
+        """Our logits processors, in the order they run after the user's (the sampling warpers, the delay pattern's
+        BOC, the seeded draw; `warpers` is None for greedy decoding), and the end-of-speech criterion."""
+        num_codebooks = self.config.num_codebooks
+        processors = [
+            *(warpers or []),
+            HiggsAudioV3DelayPatternLogitsProcessor(num_codebooks, self.config.audio_boc_token_id, prompt_length),
+        ]
+        if warpers is not None:
+            seeds = self._sequence_seeds(seed, batch_size, device)
+            processors.append(HiggsAudioV3SeededSampler(seeds, num_codebooks, prompt_length))
+        stopper = HiggsAudioV3StoppingCriteria(batch_size, num_codebooks, self.config.audio_eoc_token_id, prompt_length, device)
+        return processors, stopper
+
+    def _audio_generation_output(
+        self, outputs, batch_size: int, prompt_length: int, return_dict: bool, output_audio: bool | None
+    ) -> HiggsAudioV3GenerationOutput | torch.LongTensor:
+        """Rows, lengths, flags, codes and waveforms, read off the stock loop's `[B * C, L + R]` sequences. Read off the
+        rows, not the stopper's state: a loop that undoes its last step (transformers' deferred stop check on MPS) may
+        have let the stopper see a row that is not returned."""
+        spec = self.config.audio_spec
+        generated = outputs.sequences[:, prompt_length:]  # [B * C, R]
+        rows = generated.reshape(batch_size, spec.num_codebooks, -1).transpose(1, 2)  # [B, R, C]
+        end_row = spec.speech_end_row(rows[..., 0])  # [B]
+        lengths = speech_rows(end_row, spec.num_codebooks, rows.shape[1])
+        finished = speech_finished(end_row, spec.num_codebooks, rows.shape[1])
+        self._warn_unfinished(finished)
         if not return_dict:
-            self._warn_unfinished(finished)
             return rows
-
-        codes, code_lengths = self.rows_to_codes(rows, lengths)
-        audio = None
+        codes, code_lengths = spec.rows_to_codes(rows, lengths)
         if output_audio is None:
             output_audio = getattr(self, "codec", None) is not None
-        if output_audio:
-            audio = self.decode_codes(codes, code_lengths)
-        self._warn_unfinished(finished)
+        audio = self.codec.decode_frames(codes, code_lengths) if output_audio else None
 
         def per_row(steps):
-            return None if steps is None else tuple(s.reshape(batch_size, num_codebooks, -1) for s in steps)
+            return None if steps is None else tuple(s.reshape(batch_size, spec.num_codebooks, -1) for s in steps)
 
         return HiggsAudioV3GenerationOutput(
             sequences=rows,
@@ -459,67 +484,29 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
 
     def _sequence_seeds(self, seed, batch_size: int, device: torch.device) -> torch.LongTensor:
         if seed is None:
-            seed = int(torch.randint(0, 2**62, (), dtype=torch.long))  # once per call, from the global RNG
+            seed = draw_seed()  # once per call
         if isinstance(seed, int):
-            return torch.full((batch_size,), seed, dtype=torch.long, device=device)
-        seeds = torch.as_tensor(seed, dtype=torch.long).to(device)
+            return torch.full((batch_size,), check_seed(seed), dtype=torch.long, device=device)
+        seeds = torch.as_tensor(seed, dtype=torch.long)
         if seeds.shape != (batch_size,):
             raise ValueError(f"seed must be an int or one seed per sequence ({batch_size}), got shape {tuple(seeds.shape)}.")
-        return seeds
+        for value in seeds.tolist():  # once per call, before any step
+            check_seed(value, "every seed")
+        return seeds.to(device)
 
     def _warn_unfinished(self, finished: torch.BoolTensor) -> None:
         if not bool(finished.all()):
             rows = torch.nonzero(~finished).flatten().tolist()
             logger.warning(
                 f"Sequence(s) {rows} reached max_new_tokens without ending (codebook 0 emitted no EOC, or the rows after "
-                "it did not fit): this is the model's "
-                "known runaway failure, usually followed by a silent tail. They are flagged in `finished`; consider "
-                "shorter text chunks or another seed."
+                "it did not fit): this is the model's known runaway failure, usually followed by a silent tail. They "
+                "are flagged in `finished`; consider shorter text chunks or another seed."
             )
 
-    def rows_to_codes(
-        self, rows: torch.LongTensor, lengths: torch.LongTensor | None = None
-    ) -> tuple[torch.LongTensor, torch.LongTensor]:
-        """Delayed rows `[batch, rows, C]` -> de-delayed codes `[batch, frames, C]` with codes >= BOC set to 0, and the
-        valid frames per sequence."""
-        num_codebooks = self.config.num_codebooks
-        if lengths is None:
-            lengths = torch.full(rows.shape[:1], rows.shape[1], dtype=torch.long, device=rows.device)
-        if rows.shape[1] < num_codebooks:
-            codes = rows.new_zeros(rows.shape[0], 0, num_codebooks)
-        else:
-            codes = revert_delay_pattern(rows)
-            codes = codes.masked_fill(codes >= self.config.audio_boc_token_id, 0)
-        code_lengths = (lengths - (num_codebooks - 1)).clamp(min=0)
-        frame = torch.arange(codes.shape[1], device=codes.device)
-        codes = codes.masked_fill(frame[None, :, None] >= code_lengths[:, None, None], 0)
-        return codes, code_lengths
-
-    def decode_codes(self, codes: torch.LongTensor, code_lengths: torch.LongTensor) -> list[torch.Tensor]:
-        """De-delayed codes `[batch, frames, C]` -> one 1-D waveform per sequence (each decoded at its own length)."""
-        codec = getattr(self, "codec", None)
-        if codec is None:
-            raise ValueError("This model has no codec (config.codec_config is None): it can return codes, not audio.")
-        waveforms = []
-        for sequence, frames in zip(codes, code_lengths.tolist()):  # after generation, not per step
-            if frames == 0:
-                waveforms.append(torch.zeros(0, device=codes.device))
-                continue
-            audio = codec.decode(sequence[:frames].T[None])  # [1, C, T] -> [1, 1, T * hop]
-            waveforms.append(audio.reshape(-1).float())
-        return waveforms
-
     # -------------------------------------------------------------------------------------- stock loop hooks
-    def _get_logits_processor(self, generation_config: GenerationConfig, *args, **kwargs) -> LogitsProcessorList:
-        # *** Higgs v3 specific: our processors run after transformers' warpers, and the sampler is the draw ***
-        processors = super()._get_logits_processor(generation_config, *args, **kwargs)
-        own = [p for p in processors if isinstance(p, (HiggsAudioV3DelayPatternLogitsProcessor, HiggsAudioV3SeededSampler))]
-        ordered = _LogitsProcessorList([p for p in processors if p not in own])
-        ordered.extend(sorted(own, key=lambda p: isinstance(p, HiggsAudioV3SeededSampler)))
-        if any(isinstance(p, HiggsAudioV3SeededSampler) for p in own):
-            # The sampler already drew: the stock loop's argmax reads its one-hot scores.
-            generation_config.do_sample = False
-        return ordered
+    def _get_logits_processor(self, *args, **kwargs) -> LogitsProcessorList:
+        # *** Higgs v3 specific: the same processors, in a list that reads their signatures once (see the class) ***
+        return _LogitsProcessorList(super()._get_logits_processor(*args, **kwargs))
         # *** end Higgs v3 specific ***
 
     def _get_stopping_criteria(self, *args, **kwargs) -> StoppingCriteriaList:
@@ -542,19 +529,20 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
     ) -> dict:
         if audio_prompt_length is None:  # not called from our generate(): plain text behaviour
             return super().prepare_inputs_for_generation(input_ids, **kwargs)
-        num_codebooks = self.num_codebooks
-        # The stock preparation (cache, positions, masks, slicing) on one text-like view of the rows: codebook 0's.
+        # *** Higgs v3 specific: the stock preparation (cache, positions, masks, slicing) on one text-like view of the
+        # rows, codebook 0's; then the embeddings of the positions this step feeds ***
+        num_codebooks = self.config.num_codebooks
         model_inputs = super().prepare_inputs_for_generation(input_ids[::num_codebooks], **kwargs)
+        model_inputs["_codebook_rows"] = True  # logits as [B * C, positions, codebook_size], one codebook per row
         window = model_inputs["input_ids"].shape[1]  # positions this step feeds
         num_generated = input_ids.shape[1] - audio_prompt_length
-        model_inputs["flatten_codebook_logits"] = True
         if num_generated == 0:  # prefill: the prompt, placeholders replaced inside forward
             model_inputs["audio_input_ids"] = audio_input_ids
             model_inputs["audio_input_ids_mask"] = audio_input_ids_mask
             return model_inputs
         if window == 1 and audio_code_offsets is not None:  # every step with a cache: the newest row only
             fused = (input_ids[:, -1:] + audio_code_offsets).view(-1, num_codebooks)  # [B, C] fused-embedding rows
-            inputs_embeds = self.embed_fused_rows(fused)[:, None]  # [B, 1, H]
+            inputs_embeds = self._embed_fused_rows(fused)[:, None]  # [B, 1, H]
         elif window <= num_generated:  # the newest rows only
             rows = input_ids[:, -window:].view(-1, num_codebooks, window).transpose(1, 2)  # [B, window, C]
             inputs_embeds = self.embed_audio_rows(rows)  # [B, window, H]
@@ -566,13 +554,15 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         model_inputs["input_ids"] = None
         model_inputs["inputs_embeds"] = inputs_embeds
         return model_inputs
+        # *** end Higgs v3 specific ***
 
 
 __all__ = [
     "HiggsAudioV3DelayPatternLogitsProcessor",
     "HiggsAudioV3GenerationMixin",
     "HiggsAudioV3GenerationOutput",
-    "HiggsAudioV3SeededSampler",
     "HiggsAudioV3StoppingCriteria",
-    "counter_uniform",
+    "MAX_NEW_TOKENS",
+    "MAX_POSITIONS",
+    "default_generation_config",
 ]

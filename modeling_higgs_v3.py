@@ -2,8 +2,10 @@
 """Higgs Audio v3 TTS: transformers' `Qwen3Model` plus a fused codebook embedding, a tied audio head and the codec.
 
 What is ours is the audio delta: the fused embedding of an 8-code row (one lookup with per-codebook offsets, summed),
-the placeholder substitution for reference rows, the tied audio head and the per-codebook loss. The delay-pattern
-generation lives in `generation_higgs_v3.py`, the prompt building in `processing_higgs_v3.py`.
+the placeholder substitution for reference rows, the tied audio head and the per-codebook loss. The model also owns
+the way between codes and audio (as CSM does): `encode_reference` (a clip to a voice) and `decode_audio` (generated
+rows to waveforms) both run its codec. The delay-pattern generation lives in `generation_higgs_v3.py`, the prompt
+building in `processing_higgs_v3.py`, the streamers in `streaming_higgs_v3.py`.
 """
 
 from __future__ import annotations
@@ -18,17 +20,29 @@ from transformers import PreTrainedModel, Qwen3Model
 from transformers.modeling_outputs import CausalLMOutputWithPast
 from transformers.utils import logging
 
+from .audio_io_higgs_v3 import AudioLike, HiggsAudioV3Voice, prepare_reference_waveform
+from .codec_higgs_v3 import HiggsAudioV3Codec
 from .compat_higgs_v3 import CACHE_KWARG, pop_cache
 from .configuration_higgs_v3 import HiggsAudioV3Config
-from .delay_higgs_v3 import apply_delay_pattern, revert_delay_pattern  # noqa: F401 (see below)
-from .generation_higgs_v3 import HiggsAudioV3GenerationMixin
+from .delay_higgs_v3 import HiggsAudioV3AudioSpec  # noqa: F401 (imported by configuration; see above)
+from .generation_higgs_v3 import HiggsAudioV3GenerationMixin, default_generation_config
+from .sampling_higgs_v3 import HiggsAudioV3SeededSampler  # noqa: F401 (imported by generation; see above)
+from .streaming_higgs_v3 import HiggsAudioV3AudioStreamer
 
 
 # transformers 5.5 copies only the *direct* relative imports of this file when it loads a local folder with
-# `trust_remote_code=True`, so every module of the chain is imported here (generation needs delay_higgs_v3).
+# `trust_remote_code=True`, so every module of the chain is imported here, directly.
 
 
 logger = logging.get_logger(__name__)
+
+
+def _codebook_rows(logits: torch.Tensor, num_codebooks: int, codebook_size: int) -> torch.Tensor:
+    """Audio head output `[B, L, C * V]` in the layout of transformers' stock decoding loop, which samples one codebook
+    per row: `[B * C, L, V]`, row `b * C + c`. A decode step (`L == 1`) is a view, no copy."""
+    if logits.shape[1] == 1:
+        return logits.view(-1, 1, codebook_size)
+    return logits.unflatten(-1, (num_codebooks, codebook_size)).transpose(1, 2).flatten(0, 1)
 
 
 @dataclass
@@ -102,11 +116,9 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
         self.codebook_size = config.codebook_size
         self.codec = None
         if config.codec_config is not None:
-            from .codec_higgs_v3 import HiggsAudioV3Codec
-
             self.codec = HiggsAudioV3Codec.from_codec_config(config.codec_config)
         self.post_init()
-        self.generation_config = self._default_audio_generation_config()
+        self.generation_config = default_generation_config(config)
 
     # ------------------------------------------------------------------ embeddings
     def get_input_embeddings(self) -> nn.Embedding:
@@ -127,29 +139,77 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
         Row `f` maps to `sum_c audio_embed.weight[c * codebook_size + f[c]]` (one lookup, per-codebook offsets).
         """
         offsets = torch.arange(0, self.num_codebooks * self.codebook_size, self.codebook_size, device=rows.device)
-        summed = self.embed_fused_rows((rows + offsets).reshape(-1, rows.shape[-1]))  # [N, H]
+        summed = self._embed_fused_rows((rows + offsets).reshape(-1, rows.shape[-1]))  # [N, H]
         return summed.reshape(*rows.shape[:-1], summed.shape[-1])
 
-    def embed_fused_rows(self, fused: torch.LongTensor) -> torch.Tensor:
+    def _embed_fused_rows(self, fused: torch.LongTensor) -> torch.Tensor:
         """`[N, num_codebooks]` rows of the fused embedding (codes already offset by `c * codebook_size`) -> their sum
-        per frame, `[N, hidden]`: one bag of `num_codebooks` rows per frame."""
-        return F.embedding_bag(fused, self.audio_embed.weight, mode="sum")
+        per frame, `[N, hidden]`. Generation's decode step calls it with offsets computed once per call.
 
-    def audio_code_offsets(self, batch_size: int, device: torch.device | str | None = None) -> torch.LongTensor:
-        """`[batch * num_codebooks, 1]`: `c * codebook_size` for row `b * num_codebooks + c`, the codebook-major layout
-        in which generation keeps one codebook per row."""
-        codebook = torch.arange(batch_size * self.num_codebooks, device=device) % self.num_codebooks
-        return (codebook * self.codebook_size)[:, None]
+        The sum is taken over the looked-up rows in one reduction, so in bf16 / fp16 it is rounded once, as the
+        official server computes it (`F.embedding(...).sum(-2)`); `F.embedding_bag` would round while it adds."""
+        return F.embedding(fused, self.audio_embed.weight).sum(-2)
 
-    def audio_logits(self, hidden_states: torch.Tensor, flatten_codebooks: bool = False) -> torch.Tensor:
-        """Audio head: `[batch, positions, hidden]` -> `[batch, positions, num_codebooks, codebook_size]`
-        (codebook-major), or `[batch * num_codebooks, positions, codebook_size]` with `flatten_codebooks`."""
-        logits = self.audio_head(hidden_states)  # [B, L, C * V]
-        if not flatten_codebooks:
-            return logits.unflatten(-1, (self.num_codebooks, self.codebook_size))
-        if logits.shape[1] == 1:  # a decode step: [B, 1, C * V] is already [B * C, 1, V] in memory
-            return logits.view(-1, 1, self.codebook_size)
-        return logits.unflatten(-1, (self.num_codebooks, self.codebook_size)).transpose(1, 2).flatten(0, 1)
+    def audio_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """Audio head: `[batch, positions, hidden]` -> `[batch, positions, num_codebooks, codebook_size]` (codebook-major)."""
+        return self.audio_head(hidden_states).unflatten(-1, (self.num_codebooks, self.codebook_size))
+
+    # ------------------------------------------------------------------ codes and audio (the codec's one home)
+    def _require_codec(self, purpose: str) -> HiggsAudioV3Codec:
+        if self.codec is None:
+            raise ValueError(
+                f"{purpose} needs the codec, and this model has none (config.codec_config is None): load a converted "
+                "checkpoint that includes it."
+            )
+        return self.codec
+
+    def encode_reference(
+        self, audio: AudioLike, text: str | None = None, sampling_rate: int | None = None
+    ) -> HiggsAudioV3Voice:
+        r"""Encode a reference clip once into a reusable `HiggsAudioV3Voice` (raw codes `[frames, num_codebooks]` and
+        the transcript, which the processor checks when the voice is used).
+
+        `audio` is a path or an array (`[samples]`, `[channels, samples]` or `[samples, channels]`; `sampling_rate`
+        required for arrays): mixed to mono, resampled to the codec's rate, padded to at least 1 s; clips over 100 s,
+        empty or non-finite ones are refused (see `audio_io_higgs_v3.prepare_reference_waveform`).
+
+        ```python
+        >>> voice = model.encode_reference("me.wav", text="What I say in it.")  # doctest: +SKIP
+        >>> voice.save("me.safetensors")  # doctest: +SKIP
+        ```
+        """
+        codec = self._require_codec("Encoding reference audio")
+        spec = self.config.audio_spec
+        waveform = prepare_reference_waveform(audio, sampling_rate, target_sampling_rate=spec.sampling_rate)  # [N]
+        codes = codec.encode_waveform(waveform)  # [T, C]
+        return HiggsAudioV3Voice(codes=codes, text=text, sampling_rate=spec.sampling_rate, frame_rate=spec.frame_rate)
+
+    def decode_audio(
+        self, sequences: torch.LongTensor, lengths: torch.LongTensor | None = None
+    ) -> list[torch.FloatTensor]:
+        """Generated delayed rows `[batch, rows, num_codebooks]` (`generate`'s `sequences`) -> one 1-D float32
+        waveform per sequence at `config.sampling_rate`. `lengths` `[batch]`: valid rows (None: each sequence ends
+        where its codebook 0 ended speech, see `delay_higgs_v3.rows_to_codes`)."""
+        codec = self._require_codec("Decoding codes to audio")
+        if sequences.dim() != 3 or sequences.shape[-1] != self.num_codebooks:
+            raise ValueError(
+                f"sequences must be delayed rows [batch, rows, {self.num_codebooks}], got shape {tuple(sequences.shape)}."
+            )
+        self._check_codes(sequences, "sequences")
+        codes, code_lengths = self.config.audio_spec.rows_to_codes(sequences, lengths)  # [B, T, C], [B]
+        if not bool(code_lengths.all()):
+            empty = torch.nonzero(code_lengths == 0).flatten().tolist()
+            logger.warning(
+                f"Sequence(s) {empty} have no complete audio frame (fewer than {self.num_codebooks} valid rows): their "
+                "waveforms are empty."
+            )
+        return codec.decode_frames(codes, code_lengths)
+
+    def audio_streamer(self, **kwargs) -> HiggsAudioV3AudioStreamer:
+        """A `HiggsAudioV3AudioStreamer` for this model (pass it to `generate(..., streamer=...)` and iterate over
+        the waveform chunks); keyword arguments are the streamer's."""
+        self._require_codec("Streaming audio")
+        return HiggsAudioV3AudioStreamer(self, **kwargs)
 
     # ------------------------------------------------------------------ input checks (prefill only)
     def _check_codes(self, codes: torch.Tensor, name: str) -> None:
@@ -164,7 +224,7 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
             low, high = int(codes.min()), int(codes.max())
             if low < 0 or high >= self.config.codebook_size:
                 raise ValueError(
-                    f"{name} holds codes from {low} to {high}; codes must lie in 0..{self.config.codebook_size - 1} "
+                    f"{name} contains codes from {low} to {high}; codes must lie in 0..{self.config.codebook_size - 1} "
                     f"(codec codes 0..{self.config.audio_boc_token_id - 1}, BOC={self.config.audio_boc_token_id}, "
                     f"EOC={self.config.audio_eoc_token_id})."
                 )
@@ -221,6 +281,30 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
         audio_embeds = self.embed_audio_rows(rows).to(inputs_embeds.dtype)  # [N, H]
         return inputs_embeds.masked_scatter(placeholder[..., None], audio_embeds)
 
+    def _embed_inputs(
+        self,
+        input_ids: torch.LongTensor | None,
+        audio_input_ids: torch.LongTensor | None,
+        audio_input_ids_mask: torch.Tensor | None,
+        inputs_embeds: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """The backbone's input embeddings `[batch, length, hidden]` from whichever inputs `forward` was given."""
+        if inputs_embeds is not None:
+            if input_ids is not None:
+                raise ValueError("Pass either input_ids or inputs_embeds, not both.")
+            return inputs_embeds
+        if input_ids is not None:
+            return self.build_inputs_embeds(input_ids, audio_input_ids, audio_input_ids_mask)
+        if audio_input_ids is None:
+            raise ValueError("Pass input_ids, inputs_embeds, or audio_input_ids (rows to embed).")
+        if audio_input_ids.dim() != 3:
+            raise ValueError(
+                "Without input_ids, audio_input_ids must be [batch, length, num_codebooks] rows to embed; "
+                f"got shape {tuple(audio_input_ids.shape)}."
+            )
+        self._check_codes(audio_input_ids, "audio_input_ids")
+        return self.embed_audio_rows(audio_input_ids).to(self.model.embed_tokens.weight.dtype)
+
     # ------------------------------------------------------------------ forward
     def forward(
         self,
@@ -236,7 +320,6 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
         use_cache: bool | None = None,
         logits_to_keep: int | torch.Tensor = 0,
         return_text_logits: bool = False,
-        flatten_codebook_logits: bool = False,
         **kwargs,
     ) -> HiggsAudioV3OutputWithPast:
         r"""
@@ -254,8 +337,6 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
                 `p + 1`, as transformers' causal LMs shift `labels`.
             logits_to_keep: compute the heads on the last `n` positions only (0 = all), or on the given indices.
             return_text_logits: also compute the 151936-wide text head (never needed to generate speech).
-            flatten_codebook_logits: return `logits` as `[batch * num_codebooks, kept_positions, codebook_size]`
-                (row `b * C + c`), the layout in which transformers' stock decoding loop samples each codebook.
 
         Returns:
             `HiggsAudioV3OutputWithPast` with `logits` `[batch, kept_positions, num_codebooks, codebook_size]`.
@@ -264,22 +345,10 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
         if cache is None:
             cache = pop_cache(kwargs)
         kwargs.pop("return_dict", None)  # always a `HiggsAudioV3OutputWithPast`
-        if inputs_embeds is None:
-            if input_ids is not None:
-                inputs_embeds = self.build_inputs_embeds(input_ids, audio_input_ids, audio_input_ids_mask)
-            elif audio_input_ids is not None:
-                if audio_input_ids.dim() != 3:
-                    raise ValueError(
-                        "Without input_ids, audio_input_ids must be [batch, length, num_codebooks] rows to embed; "
-                        f"got shape {tuple(audio_input_ids.shape)}."
-                    )
-                self._check_codes(audio_input_ids, "audio_input_ids")
-                inputs_embeds = self.embed_audio_rows(audio_input_ids).to(self.model.embed_tokens.weight.dtype)
-            else:
-                raise ValueError("Pass input_ids, inputs_embeds, or audio_input_ids (rows to embed).")
-        elif input_ids is not None:
-            raise ValueError("Pass either input_ids or inputs_embeds, not both.")
-
+        # *** Higgs v3 generation specific: set by `prepare_inputs_for_generation` only (see `_codebook_rows`) ***
+        codebook_rows = kwargs.pop("_codebook_rows", False)
+        # *** end Higgs v3 generation specific ***
+        inputs_embeds = self._embed_inputs(input_ids, audio_input_ids, audio_input_ids_mask, inputs_embeds)
         outputs = self.model(
             inputs_embeds=inputs_embeds,
             attention_mask=attention_mask,
@@ -289,21 +358,21 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
             **kwargs,
         )
         hidden_states = outputs.last_hidden_state  # [B, L, H]
-        if isinstance(logits_to_keep, int):
-            kept = hidden_states[:, -logits_to_keep:, :] if logits_to_keep else hidden_states
-        else:
-            kept = hidden_states[:, logits_to_keep, :]
-        logits = self.audio_logits(kept, flatten_codebooks=flatten_codebook_logits)  # [B, L', C, V] or [B * C, L', V]
+        slice_indices = slice(-logits_to_keep, None) if isinstance(logits_to_keep, int) else logits_to_keep
+        kept = hidden_states[:, slice_indices, :]  # [B, L', H]
         text_logits = self.lm_head(kept) if return_text_logits else None  # [B, L', vocab]
-
         loss = per_codebook = None
-        if audio_labels is not None:
-            if flatten_codebook_logits or logits.shape[1] != audio_labels.shape[1]:
-                raise ValueError(
-                    f"audio_labels cover {audio_labels.shape[1]} positions but logits were computed for "
-                    f"{logits.shape[1]}; use logits_to_keep=0 for training."
-                )
-            loss, per_codebook = self.audio_loss(logits, audio_labels)
+        if codebook_rows:  # generation: [B * C, L', V]
+            logits = _codebook_rows(self.audio_head(kept), self.num_codebooks, self.codebook_size)
+        else:
+            logits = self.audio_logits(kept)  # [B, L', C, V]
+            if audio_labels is not None:
+                if logits.shape[1] != audio_labels.shape[1]:
+                    raise ValueError(
+                        f"audio_labels cover {audio_labels.shape[1]} positions but logits were computed for "
+                        f"{logits.shape[1]}; use logits_to_keep=0 for training."
+                    )
+                loss, per_codebook = self.audio_loss(logits, audio_labels)
 
         return HiggsAudioV3OutputWithPast(
             loss=loss,
@@ -329,9 +398,9 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
         return loss, per_codebook
 
 
-
-# transformers reads `inspect.signature(model.forward)` on every decode step of a remote-code model (to find a
-# `cache_position` argument); a stored signature makes that a lookup instead of a parse of the whole argument list.
+# *** Higgs v3 generation specific: transformers reads `inspect.signature(model.forward)` on every decode step of a
+# remote-code model (to find a `cache_position` argument); a stored signature makes that a lookup instead of a parse
+# of the whole argument list (tested to equal the parsed one). ***
 HiggsAudioV3ForConditionalGeneration.forward.__signature__ = inspect.signature(HiggsAudioV3ForConditionalGeneration.forward)
 
 # `save_pretrained` copies this file and its relative imports next to `config.json`; `auto_map` is written in full

@@ -17,7 +17,8 @@ import sys
 import torch
 
 import _harness as H
-from higgs_v3.codec_higgs_v3 import HiggsAudioV3Codec, tiny_codec_config
+from higgs_v3.codec_higgs_v3 import HiggsAudioV3Codec
+from higgs_v3.tiny_higgs_v3 import tiny_codec_config
 from higgs_v3.configuration_higgs_v3 import REAL_CODEC_CONFIG
 
 

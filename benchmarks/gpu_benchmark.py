@@ -41,9 +41,9 @@ import torch
 from transformers import CompileConfig
 
 import _harness as H
-from higgs_v3.codec_higgs_v3 import tiny_codec_config
+from higgs_v3.tiny_higgs_v3 import tiny_codec_config
 from higgs_v3.configuration_higgs_v3 import REAL_CODEC_CONFIG
-from higgs_v3.processing_higgs_v3 import HiggsAudioV3AudioStreamer
+from higgs_v3.streaming_higgs_v3 import HiggsAudioV3AudioStreamer
 
 
 # Memory bandwidth in TB/s of the GPUs we know (the SXM parts); matched on the device name.
@@ -170,12 +170,9 @@ def ttfa_rows(first_chunk_frames: int, context_frames: int, num_codebooks: int) 
 def time_to_first_audio(model, inputs: dict, options: dict, first_chunk_frames: int, context_frames: int,
                         device: str) -> float:
     """Seconds from the `generate` call to the first waveform chunk of `HiggsAudioV3AudioStreamer`."""
-    config = model.config
-    rows = ttfa_rows(first_chunk_frames, context_frames, config.num_codebooks)
+    rows = ttfa_rows(first_chunk_frames, context_frames, model.config.num_codebooks)
     streamer = HiggsAudioV3AudioStreamer(
-        model.codec, num_codebooks=config.num_codebooks, audio_boc_token_id=config.audio_boc_token_id,
-        audio_eoc_token_id=config.audio_eoc_token_id, first_chunk_frames=first_chunk_frames, chunk_frames=25,
-        context_frames=context_frames, timeout=600,
+        model, first_chunk_frames=first_chunk_frames, chunk_frames=25, context_frames=context_frames, timeout=600
     )
     first: list[float] = []
 

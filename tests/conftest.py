@@ -1,26 +1,41 @@
-"""Shared tiny models for the tests (seconds on 2 CPU cores)."""
+"""Shared test setup: the one tiny config and a model built from it (seconds on 2 CPU cores), one torch thread per
+test process, and the hypothesis profile."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
+from hypothesis import settings
 
-from higgs_v3 import HiggsAudioV3Config, HiggsAudioV3ForConditionalGeneration
+from higgs_v3 import HiggsAudioV3Config, HiggsAudioV3ForConditionalGeneration, tiny_higgs_v3
+
+
+# Reproducible property tests: the same examples on every run and machine (no example database, no time limit per
+# example on a loaded 2-core machine), and a failing example printed as a blob `@reproduce_failure` can replay.
+# `HYPOTHESIS_PROFILE=explore` draws fresh random examples instead.
+settings.register_profile("repro", derandomize=True, deadline=None, print_blob=True, database=None)
+settings.register_profile("explore", deadline=None, print_blob=True, database=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repro"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_torch_thread():
+    """One torch thread in the test process: tiny models gain nothing from a second one, and on a shared 2-core
+    machine OpenMP's waiting threads make them several times slower (test_codec.py: 13 s wall with 2 threads under
+    load, 4 s with 1). Subprocesses keep their own default."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def tiny_config(**overrides) -> HiggsAudioV3Config:
-    """A 2-layer Qwen3 with the real vocabulary and audio constants; no codec unless `codec_config` is given."""
-    values = dict(
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=16,
-        attn_implementation="eager",
-    )
-    values.update(overrides)
-    return HiggsAudioV3Config(**values)
+    """The project's one tiny config (`tiny_higgs_v3.tiny_config`: 2 layers, the real vocabulary and audio constants)
+    with eager attention and no codec unless `codec_config` is given."""
+    overrides.setdefault("attn_implementation", "eager")
+    return tiny_higgs_v3.tiny_config(with_codec=False, **overrides)
 
 
 def tiny_model(seed: int = 0, **overrides) -> HiggsAudioV3ForConditionalGeneration:

@@ -19,14 +19,10 @@ from torch import nn
 from transformers import HiggsAudioV2TokenizerConfig
 
 import higgs_v3.codec_higgs_v3 as codec_module
-from higgs_v3.codec_higgs_v3 import (
-    HiggsAudioV3Codec,
-    build_codec_config,
-    codec_state_dict_names,
-    resample_audio,
-    tiny_codec_config,
-)
-from higgs_v3.configuration_higgs_v3 import REAL_CODEC_CONFIG, HiggsAudioV3Config
+from conftest import tiny_config
+from higgs_v3.codec_higgs_v3 import HiggsAudioV3Codec, build_codec_config, resample_audio
+from higgs_v3.configuration_higgs_v3 import REAL_CODEC_CONFIG
+from higgs_v3.tiny_higgs_v3 import codec_state_dict_names, tiny_codec_config
 
 
 REFERENCE = Path(__file__).resolve().parent / "reference"  # verbatim copy of the spec's reference/ files
@@ -60,10 +56,7 @@ def test_sizes_and_fp32(codec):
 
 
 def test_tiny_config_passes_model_validation():
-    config = HiggsAudioV3Config(
-        hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
-        head_dim=8, codec_config=tiny_codec_config(),
-    )
+    config = tiny_config(codec_config=tiny_codec_config())
     assert config.codec_config["acoustic_model_config"]["downsampling_ratios"] == [8, 5, 4, 2, 3]
 
 
@@ -230,10 +223,7 @@ def test_real_config_on_meta_matches_reference_tensor_list():
 def test_codec_stays_fp32_in_bf16_model(tmp_path):
     from higgs_v3 import HiggsAudioV3ForConditionalGeneration
 
-    config = HiggsAudioV3Config(
-        hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
-        head_dim=8, codec_config=tiny_codec_config(),
-    )
+    config = tiny_config(codec_config=tiny_codec_config())
     torch.manual_seed(0)
     model = HiggsAudioV3ForConditionalGeneration(config)
     model.save_pretrained(tmp_path)

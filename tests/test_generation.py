@@ -3,6 +3,7 @@ seeds, caches, streaming and rejected options."""
 
 from __future__ import annotations
 
+import logging
 import re
 
 import pytest
@@ -10,77 +11,11 @@ import torch
 from transformers import LogitsProcessor
 
 from conftest import tiny_model
-from higgs_v3.generation_higgs_v3 import counter_uniform
+from higgs_v3.sampling_higgs_v3 import counter_uniform
+from oracles import BOC, EOC, NUM_CODEBOOKS, clone_prompt, left_pad, plain_prompt, reference_generate
 
 
-C = 8
-BOC, EOC = 1024, 1025
-V = 1026
-TTS, TEXT, AUDIO = 151667, 151672, 151670
-PLACEHOLDER = -100
-
-
-# ---------------------------------------------------------------------------------------------- reference loop
-def reference_generate(model, prompt, reference_rows=None, max_new_tokens=30, eoc_bias_steps=(), sample=None):
-    """One sequence, no cache, full recompute every step; the state machine exactly as the spec words it.
-
-    prompt: 1-D ids (placeholders = -100); reference_rows: [n, C]. `eoc_bias_steps`: steps at which codebook 0's EOC
-    logit is raised (to force termination). `sample`: (seed, temperature, top_k, top_p) to sample as the spec orders.
-    """
-    w_audio = model.audio_embed.weight  # [C * V, H]
-    w_text = model.model.embed_tokens.weight
-    embeds = []
-    ref_iter = iter(reference_rows.tolist() if reference_rows is not None else [])
-    for token in prompt.tolist():
-        if token == PLACEHOLDER:
-            row = next(ref_iter)
-            embeds.append(sum(w_audio[c * V + row[c]] for c in range(C)))  # replaces the token embedding
-        else:
-            embeds.append(w_text[token])
-    rows = []
-    delay, countdown, done = 0, None, False
-    for step in range(max_new_tokens):
-        inputs = torch.stack(embeds)[None]  # [1, n, H]
-        hidden = model.model(inputs_embeds=inputs).last_hidden_state[0, -1]  # [H]
-        logits = (hidden @ w_audio.T).float().view(C, V)  # codebook-major
-        if step in eoc_bias_steps:
-            logits[0, EOC] += 1e4
-        if sample is None:
-            row = [int(logits[c].argmax()) for c in range(C)]
-        else:
-            seed, temperature, top_k, top_p = sample
-            row = []
-            for c in range(C):
-                scores = logits[c] / temperature
-                if top_k:
-                    kth = torch.topk(scores, top_k).values[-1]
-                    scores = scores.masked_fill(scores < kth, -float("inf"))
-                if top_p is not None and top_p < 1.0:
-                    order = torch.argsort(scores, descending=True)
-                    probs_sorted = torch.softmax(scores[order], dim=-1)
-                    keep = torch.cumsum(probs_sorted, 0) - probs_sorted < top_p  # always keeps the first
-                    drop = order[~keep]
-                    scores = scores.clone()
-                    scores[drop] = -float("inf")
-                probs = torch.softmax(scores, dim=-1)
-                u = counter_uniform(torch.tensor([seed]), step, torch.tensor([c]), C)[0]
-                cdf = torch.cumsum(probs, 0)
-                row.append(min(int((cdf > u * cdf[-1]).nonzero()[0]), V - 1))
-        if delay < C:
-            for c in range(delay + 1, C):
-                row[c] = BOC
-            delay += 1
-        elif countdown is not None:
-            countdown -= 1
-            if countdown == 0:
-                done = True
-        elif row[0] == EOC:
-            countdown = C - 2
-        rows.append(row)
-        if done:
-            break
-        embeds.append(sum(w_audio[c * V + row[c]] for c in range(C)))
-    return torch.tensor(rows), done
+C = NUM_CODEBOOKS
 
 
 class BiasEOC(LogitsProcessor):
@@ -96,24 +31,6 @@ class BiasEOC(LogitsProcessor):
             bias[:, EOC] = 1e4
             scores = scores + bias * is_cb0
         return scores
-
-
-def plain_prompt(words=(9707, 11, 1879)):
-    return torch.tensor([TTS, TEXT, *words, AUDIO])
-
-
-def clone_prompt(num_rows, words=(40, 1079)):
-    return torch.tensor([TTS, 151679, *([PLACEHOLDER] * num_rows), TEXT, *words, AUDIO])
-
-
-def left_pad(prompts):
-    width = max(len(p) for p in prompts)
-    ids = torch.full((len(prompts), width), 151643)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for i, p in enumerate(prompts):
-        ids[i, width - len(p):] = p
-        mask[i, width - len(p):] = 1
-    return ids, mask
 
 
 # ---------------------------------------------------------------------------------------------- greedy vs reference
@@ -181,15 +98,18 @@ def test_batch_rows_stop_on_their_own_and_are_padded(model):
 
 
 def test_runaway_is_flagged_and_warned(model, caplog):
+    caplog.set_level(logging.WARNING, logger="higgs_v3")  # whatever an earlier test left the package's level at
     prompt = plain_prompt()
     out = model.generate(input_ids=prompt[None], do_sample=False, max_new_tokens=10, return_dict_in_generate=True)
     assert out.finished.tolist() == [False]
     assert out.lengths.tolist() == [10]
     assert out.audio_code_lengths.tolist() == [3]
+    assert "Sequence(s) [0] reached max_new_tokens without ending" in caplog.text
 
 
 def test_eoc_whose_countdown_is_cut_by_the_limit_is_unfinished(model, caplog):
     """EOC at row 12 needs rows up to 18; with max_new_tokens=16 the terminal row never comes."""
+    caplog.set_level(logging.WARNING, logger="higgs_v3")
     prompt = plain_prompt()
     out = model.generate(input_ids=prompt[None], do_sample=False, max_new_tokens=16, return_dict_in_generate=True,
                          logits_processor=[BiasEOC(len(prompt), (12,))])
@@ -418,7 +338,7 @@ def test_rejected_arguments(model):
         model.generate(input_ids=plain_prompt()[None].repeat(2, 1), seed=[1, 2, 3], max_new_tokens=4)
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_decode_step_under_torch_compile_matches_eager():
     from transformers import CompileConfig
 

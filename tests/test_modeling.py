@@ -1,8 +1,9 @@
 """The model: forward shapes, placeholder substitution, tying, text head parity with Qwen3, loss, save/load round
-trips in a fresh process, and bad input."""
+trips with remote code (in process; in a fresh process as an integration test), and bad input."""
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import subprocess
@@ -16,6 +17,8 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from conftest import tiny_config, tiny_model
 from higgs_v3 import HiggsAudioV3Config, HiggsAudioV3ForConditionalGeneration
+from higgs_v3.generation_higgs_v3 import _audio_code_offsets
+from higgs_v3.modeling_higgs_v3 import _codebook_rows
 
 
 C, V = 8, 1026
@@ -31,10 +34,12 @@ def test_forward_shapes_plain_and_placeholder(model):
     out = model(input_ids=torch.tensor([PROMPT]), audio_input_ids=rows, logits_to_keep=1, return_text_logits=True)
     assert out.logits.shape == (1, 1, C, V)
     assert out.text_logits.shape == (1, 1, 151936)
-    flat = model(input_ids=torch.tensor([PROMPT]), audio_input_ids=rows, flatten_codebook_logits=True).logits
+    # The stock decoding loop's layout (one codebook per row, row b * C + c), asked for by generation only.
+    flat = model(input_ids=torch.tensor([PROMPT]), audio_input_ids=rows, _codebook_rows=True).logits
     full = model(input_ids=torch.tensor([PROMPT]), audio_input_ids=rows).logits
     assert flat.shape == (C, len(PROMPT), V)
     assert torch.equal(flat[3], full[0, :, 3])
+    assert "_codebook_rows" not in inspect.signature(model.forward).parameters  # not part of the public forward
 
 
 def test_placeholder_embeddings_replace_token_embeddings(model):
@@ -53,13 +58,13 @@ def test_placeholder_embeddings_replace_token_embeddings(model):
 
 
 def test_audio_head_is_the_fused_embedding(model):
-    hidden = torch.randn(2, 5, 64)
+    hidden = torch.randn(2, 5, model.config.hidden_size)
     expected = (hidden @ model.audio_embed.weight.T).view(2, 5, C, V)
     torch.testing.assert_close(model.audio_logits(hidden), expected)
-    # The stock loop's layout, row b * C + c: the decode-step shortcut (one position) and the general path agree.
+    # The stock loop's layout, row b * C + c: the decode-step view (one position) and the general path agree.
     for positions in (1, 5):
-        flat = model.audio_logits(hidden[:, :positions], flatten_codebooks=True)
-        grid = model.audio_logits(hidden[:, :positions])  # [2, positions, C, V], same matmul
+        grid = model.audio_logits(hidden[:, :positions])  # [2, positions, C, V]
+        flat = _codebook_rows(model.audio_head(hidden[:, :positions]), C, V)
         assert flat.shape == (2 * C, positions, V)
         assert torch.equal(flat, grid.transpose(1, 2).reshape(2 * C, positions, V))
 
@@ -68,11 +73,11 @@ def test_generation_embedding_path_equals_embed_audio_rows(model):
     """The decode step embeds the stock loop's newest column `[batch * C, 1]` with precomputed offsets; the result must
     equal `embed_audio_rows` of the same rows."""
     rows = torch.randint(0, V, (3, C))
-    offsets = model.audio_code_offsets(3)
+    offsets = _audio_code_offsets(3, C, V, "cpu")
     assert offsets.shape == (3 * C, 1) and offsets[:C, 0].tolist() == [c * V for c in range(C)]
     column = rows.reshape(-1, 1)  # row b * C + c holds codebook c of sequence b
     fused = (column + offsets).view(-1, C)
-    assert torch.equal(model.embed_fused_rows(fused), model.embed_audio_rows(rows))
+    assert torch.equal(model._embed_fused_rows(fused), model.embed_audio_rows(rows))
 
 
 def test_text_logits_equal_qwen3_for_causal_lm(model):
@@ -129,10 +134,10 @@ def test_placeholder_count_mismatch(model):
 def test_codes_out_of_range(model):
     rows = torch.zeros(3, C, dtype=torch.long)
     rows[1, 4] = 1026
-    with pytest.raises(ValueError, match=r"audio_input_ids holds codes from 0 to 1026; codes must lie in 0\.\.1025"):
+    with pytest.raises(ValueError, match=r"audio_input_ids contains codes from 0 to 1026; codes must lie in 0\.\.1025"):
         model(input_ids=torch.tensor([PROMPT]), audio_input_ids=rows)
     rows[1, 4] = -3
-    with pytest.raises(ValueError, match=r"holds codes from -3 to 0"):
+    with pytest.raises(ValueError, match=r"contains codes from -3 to 0"):
         model(input_ids=torch.tensor([PROMPT]), audio_input_ids=rows)
     with pytest.raises(ValueError, match=r"must have 8 codebooks in its last dimension, got shape \(3, 4\)"):
         model(input_ids=torch.tensor([PROMPT]), audio_input_ids=torch.zeros(3, 4, dtype=torch.long))
@@ -143,7 +148,7 @@ def test_codes_out_of_range(model):
     [
         (dict(num_codebooks=1), r"num_codebooks must be at least 2 .*, got 1"),
         (dict(audio_boc_token_id=2000), r"audio_boc_token_id=2000 must lie in 0\.\.1025 \(codebook_size=1026\)"),
-        (dict(audio_eoc_token_id=1024), r"audio_boc_token_id and audio_eoc_token_id must differ, both are 1024"),
+        (dict(audio_eoc_token_id=1024), r"audio_boc_token_id=1024 and audio_eoc_token_id=1024 must be two different codes"),
         (dict(codebook_size=1030), r"BOC and EOC must be the last two entries of each codebook"),
         (dict(tts_token_id=200000), r"tts_token_id=200000 must be a token id in 0\.\.151935"),
         (dict(frame_rate=7), r"sampling_rate=24000 must be a positive multiple of frame_rate=7"),
@@ -163,23 +168,63 @@ def _run(code: str, **env) -> subprocess.CompletedProcess:
                           env=environment, timeout=300)
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_save_then_load_with_remote_code_in_fresh_process(tmp_path, dtype):
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """A tiny model saved with `save_pretrained` (remote code included), and the model itself."""
     model = tiny_model(seed=4)
-    model.save_pretrained(tmp_path / "repo")
-    files = set(os.listdir(tmp_path / "repo"))
+    repo = tmp_path_factory.mktemp("saved") / "repo"
+    model.save_pretrained(repo)
+    return model, repo
+
+
+def test_saved_repo_has_remote_code_auto_map_and_generation_config(saved):
+    _, repo = saved
+    files = set(os.listdir(repo))
     assert {"config.json", "generation_config.json", "model.safetensors", "configuration_higgs_v3.py",
             "modeling_higgs_v3.py", "generation_higgs_v3.py", "compat_higgs_v3.py", "delay_higgs_v3.py"} <= files
-    config = json.loads((tmp_path / "repo" / "config.json").read_text())
+    config = json.loads((repo / "config.json").read_text())
     assert config["model_type"] == "higgs_audio_v3"
     assert config["auto_map"]["AutoModelForTextToWaveform"] == "modeling_higgs_v3.HiggsAudioV3ForConditionalGeneration"
     assert config["auto_map"]["AutoModel"] == "modeling_higgs_v3.HiggsAudioV3ForConditionalGeneration"
-    generation = json.loads((tmp_path / "repo" / "generation_config.json").read_text())
+    generation = json.loads((repo / "generation_config.json").read_text())
     assert generation["max_new_tokens"] == 2048 and generation["do_sample"] is True
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_save_then_load_with_remote_code_in_process(saved, dtype):
+    """The in-process half of the round trip (the fresh-process half is an integration test): the local class and
+    the remote code (`transformers_modules....`) load every weight, keep the ties and give the same logits."""
+    from transformers import AutoModel, AutoModelForTextToWaveform
+
+    model, repo = saved
+    ids, rows = torch.tensor([PROMPT]), torch.randint(0, 1024, (3, C))
+    local = HiggsAudioV3ForConditionalGeneration.from_pretrained(repo, dtype=getattr(torch, dtype),
+                                                                 attn_implementation="eager")
+    expected = local(input_ids=ids, audio_input_ids=rows).logits
+    if dtype == "float32":
+        torch.testing.assert_close(expected, model(input_ids=ids, audio_input_ids=rows).logits, rtol=0, atol=0)
+    remote, info = AutoModel.from_pretrained(repo, trust_remote_code=True, dtype=getattr(torch, dtype),
+                                             output_loading_info=True, attn_implementation="eager")
+    assert type(remote).__module__.startswith("transformers_modules"), type(remote).__module__
+    assert all(not v for v in info.values()), info
+    assert remote.audio_head.weight is remote.audio_embed.weight
+    assert remote.lm_head.weight is remote.model.embed_tokens.weight
+    logits = remote(input_ids=ids, audio_input_ids=rows).logits
+    assert logits.dtype == getattr(torch, dtype)
+    assert torch.equal(logits, expected), (logits - expected).abs().max()
+    tts = AutoModelForTextToWaveform.from_pretrained(repo, trust_remote_code=True, device_map="auto")
+    assert str(tts.device) == "cpu"
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_save_then_load_with_remote_code_in_fresh_process(saved, tmp_path, dtype):
+    """The round trip in a fresh process (nothing of this process's imports): loading info, ties, exact logits."""
+    model, repo = saved
     ids = torch.tensor([PROMPT])
     rows = torch.randint(0, 1024, (3, C))
     torch.save({"ids": ids, "rows": rows}, tmp_path / "inputs.pt")
-    local = HiggsAudioV3ForConditionalGeneration.from_pretrained(tmp_path / "repo", dtype=getattr(torch, dtype),
+    local = HiggsAudioV3ForConditionalGeneration.from_pretrained(repo, dtype=getattr(torch, dtype),
                                                                  attn_implementation="eager")
     reference = local(input_ids=ids, audio_input_ids=rows).logits
     if dtype == "float32":
@@ -189,7 +234,7 @@ def test_save_then_load_with_remote_code_in_fresh_process(tmp_path, dtype):
         import torch
         torch.set_num_threads({torch.get_num_threads()})  # same reduction order as this process
         from transformers import AutoModel, AutoModelForTextToWaveform
-        model, info = AutoModel.from_pretrained({str(tmp_path / 'repo')!r}, trust_remote_code=True,
+        model, info = AutoModel.from_pretrained({str(repo)!r}, trust_remote_code=True,
                                                 dtype=torch.{dtype}, output_loading_info=True,
                                                 attn_implementation="eager")
         assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
@@ -201,8 +246,7 @@ def test_save_then_load_with_remote_code_in_fresh_process(tmp_path, dtype):
         expected = torch.load({str(tmp_path / 'expected.pt')!r})
         assert logits.dtype == torch.{dtype}, logits.dtype
         assert torch.equal(logits, expected), (logits - expected).abs().max()
-        tts = AutoModelForTextToWaveform.from_pretrained({str(tmp_path / 'repo')!r}, trust_remote_code=True,
-                                                         device_map="auto")
+        tts = AutoModelForTextToWaveform.from_pretrained({str(repo)!r}, trust_remote_code=True, device_map="auto")
         assert str(tts.device) == "cpu"
         print("OK")
     """)

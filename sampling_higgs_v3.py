@@ -1,0 +1,130 @@
+# Copyright 2026 the higgs-v3 authors. Licensed under the Apache License, Version 2.0.
+r"""Sampling for Higgs Audio v3 (spec §7), with per-sequence seeds.
+
+Per codebook, over all 1026 entries: fp32 logits -> temperature -> top-k -> top-p (-> min-p) -> softmax -> draw.
+The warpers are transformers' own (`sampling_warpers` builds them in that order; an unset field applies nothing, so
+no library default such as a top-k of 50 slips in). The draw is `HiggsAudioV3SeededSampler`: inverse-CDF sampling
+with a counter-based uniform keyed by (sequence seed, step, codebook) (`counter_uniform`), so a sequence with a given
+seed gets the same codes alone or inside any batch, without a generator object per sequence and without a host sync.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import (
+    GenerationConfig,
+    LogitsProcessor,
+    MinPLogitsWarper,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+
+
+SEED_LIMIT: int = 2**62
+"""Seeds are integers in `[0, SEED_LIMIT)` (they key the counter-based sampler; see `counter_uniform`)."""
+
+
+def check_seed(seed, name: str = "seed") -> int:
+    """`seed` as an `int` in `[0, SEED_LIMIT)`; a `ValueError` naming it otherwise."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEED_LIMIT:
+        raise ValueError(f"{name} must be an integer in [0, 2**62), got {seed!r}.")
+    return seed
+
+
+def draw_seed() -> int:
+    """A seed from torch's global RNG (so `torch.manual_seed` makes unseeded runs repeatable)."""
+    return int(torch.randint(0, SEED_LIMIT, (), dtype=torch.long))
+
+
+def sampling_warpers(generation_config: GenerationConfig) -> list[LogitsProcessor]:
+    """transformers' own warpers for the sampling fields, in the spec's order (temperature, top-k, top-p, then min-p);
+    an unset field (None) or its neutral value applies nothing: no hidden default such as a top-k of 50."""
+    temperature, top_k, top_p, min_p = (
+        generation_config.temperature, generation_config.top_k, generation_config.top_p, generation_config.min_p
+    )
+    warpers: list[LogitsProcessor] = []
+    if temperature is not None and temperature != 1.0:
+        warpers.append(TemperatureLogitsWarper(temperature))
+    if top_k is not None and top_k != 0:
+        warpers.append(TopKLogitsWarper(top_k=top_k, min_tokens_to_keep=1))
+    if top_p is not None and top_p < 1.0:
+        warpers.append(TopPLogitsWarper(top_p=top_p, min_tokens_to_keep=1))
+    if min_p is not None:
+        warpers.append(MinPLogitsWarper(min_p=min_p, min_tokens_to_keep=1))
+    return warpers
+
+
+
+_MASK32 = 0xFFFFFFFF
+
+
+def _mul32(x: torch.Tensor, k: int) -> torch.Tensor:
+    """`x * k mod 2**32` for int64 `x` in [0, 2**32), without int64 overflow."""
+    low = (x * (k & 0xFFFF)) & _MASK32
+    high = ((x * (k >> 16)) & 0xFFFF) << 16
+    return (low + high) & _MASK32
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash (lowbias32) on int64 tensors holding values in [0, 2**32)."""
+    x = x ^ (x >> 16)
+    x = _mul32(x, 0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = _mul32(x, 0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def counter_uniform(
+    seeds: torch.LongTensor, step: int | torch.LongTensor, codebook: torch.LongTensor, num_codebooks: int
+) -> torch.Tensor:
+    """Uniform numbers in [0, 1) keyed by (seed, step, codebook): the same key gives the same number on any batch.
+
+    `seeds`, `step` and `codebook` broadcast together (e.g. `[rows]`, an int, `[rows]`); returns float32 with 24
+    random bits in the broadcast shape.
+    """
+    seed_low = seeds & _MASK32
+    seed_high = (seeds >> 32) & _MASK32
+    counter = (codebook + step * num_codebooks) & _MASK32
+    x = _mix32(seed_high ^ 0x9E3779B9)
+    x = _mix32(x ^ seed_low)
+    x = _mix32(x ^ counter)
+    return (x >> 8).to(torch.float32) / float(1 << 24)
+
+
+class HiggsAudioV3SeededSampler(LogitsProcessor):
+    r"""The draw of sampling, after transformers' warpers: softmax, then inverse-CDF with a counter-based uniform.
+
+    Returns scores that are 0 at the drawn code and -inf elsewhere, so the stock loop's argmax picks it. Each sequence
+    has its own seed; the uniform for (sequence, step, codebook) does not depend on the other sequences.
+    """
+
+    block_steps: int = 256
+    """Steps whose uniforms are computed together: memory `[block_steps, B*C]` floats, whatever `max_new_tokens` is."""
+
+    def __init__(self, seeds: torch.LongTensor, num_codebooks: int, prompt_length: int):
+        self.prompt_length = prompt_length
+        self.num_codebooks = num_codebooks
+        self.row_seeds = seeds.repeat_interleave(num_codebooks)[None, :]  # [1, B*C]
+        self.codebook = (torch.arange(self.row_seeds.shape[1], device=seeds.device) % num_codebooks)[None, :]  # [1, B*C]
+        self.first_step = -self.block_steps  # the block of `uniforms` (none yet)
+        self.uniforms: torch.Tensor | None = None  # [block_steps, B*C]
+
+    def _compute_block(self, step: int) -> None:
+        self.first_step = step - step % self.block_steps
+        steps = torch.arange(self.first_step, self.first_step + self.block_steps, device=self.row_seeds.device)
+        self.uniforms = counter_uniform(self.row_seeds, steps[:, None], self.codebook, self.num_codebooks)
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        step = input_ids.shape[1] - self.prompt_length  # Python int from a shape: no host sync
+        if not 0 <= step - self.first_step < self.block_steps:  # once every `block_steps` steps
+            self._compute_block(step)
+        probs = torch.softmax(scores.float(), dim=-1)  # [B*C, V]
+        cdf = probs.cumsum(dim=-1)  # [B*C, V]
+        uniform = self.uniforms[step - self.first_step]  # [B*C]
+        target = (uniform[:, None] * cdf[:, -1:]).contiguous()  # [B*C, 1], strictly below the total mass
+        drawn = torch.searchsorted(cdf, target, right=True).clamp_(max=scores.shape[-1] - 1)  # first cdf > target
+        return torch.full_like(scores, -float("inf")).scatter_(1, drawn, 0.0)
+
+
+__all__ = ["SEED_LIMIT", "HiggsAudioV3SeededSampler", "check_seed", "counter_uniform", "draw_seed", "sampling_warpers"]
