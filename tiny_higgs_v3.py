@@ -1,9 +1,12 @@
 # Copyright 2026 the higgs-v3 authors. Licensed under the Apache License, Version 2.0.
-"""Tiny Higgs Audio v3 checkpoints for tests and demos, in the **original** format and in the converted layout.
+"""Test fixtures and demos: tiny Higgs Audio v3 checkpoints in the **original** format and in the converted layout.
 
 The real checkpoint (`bosonai/higgs-audio-v3-tts-4b`, about 8.5 GB) cannot be downloaded in CI, so the converter and
 the processor are tested against tiny checkpoints that have exactly the original on-disk format: the same file names,
-tensor names, config keys and tokenizer special tokens with the same ids, only small dimensions.
+tensor names, config keys and tokenizer special tokens with the same ids, only small dimensions. What that format is
+lives in `original_format_higgs_v3`; this module only writes tiny instances of it (and of the converted layout). It
+imports the format module and the product; no product module imports it (the command line's `make-tiny` and
+`--model tiny-random` demos load it lazily).
 
 The tokenizer is a byte-level BPE `Qwen2Tokenizer` with a few hundred merges learned (by the small deterministic
 trainer below) from a fixed English text. The real tokenizer's BPE vocabulary has ids 0..151642 and the 84 added
@@ -22,131 +25,28 @@ Command line:
 from __future__ import annotations
 
 import argparse
+import copy
+import functools
 import json
 import os
 from collections import Counter
 from pathlib import Path
 
+from .original_format_higgs_v3 import (
+    ADDED_TOKENS,
+    CODEC_EXTRA_KEY,
+    CODEC_PREFIX,
+    FIRST_ADDED_TOKEN_ID,
+    ORIGINAL_CODEC_CONFIG_FILE,
+    TEXT_EMBEDDING,
+    TEXT_HEAD,
+    TOKENIZER_CONFIG,
+    original_config,
+    original_lm_shapes,
+)
+
 
 # ----------------------------------------------------------------------------------------------------------- tokenizer
-FIRST_ADDED_TOKEN_ID: int = 151643
-"""Id of the first added token (`<|endoftext|>`); the BPE vocabulary holds ids 0..151642."""
-
-QWEN_SPECIAL_TOKENS: tuple[tuple[str, bool], ...] = (
-    ("<|endoftext|>", True),
-    ("<|im_start|>", True),
-    ("<|im_end|>", True),
-    ("<|object_ref_start|>", True),
-    ("<|object_ref_end|>", True),
-    ("<|box_start|>", True),
-    ("<|box_end|>", True),
-    ("<|quad_start|>", True),
-    ("<|quad_end|>", True),
-    ("<|vision_start|>", True),
-    ("<|vision_end|>", True),
-    ("<|vision_pad|>", True),
-    ("<|image_pad|>", True),
-    ("<|video_pad|>", True),
-    ("<tool_call>", False),
-    ("</tool_call>", False),
-    ("<|fim_prefix|>", False),
-    ("<|fim_middle|>", False),
-    ("<|fim_suffix|>", False),
-    ("<|fim_pad|>", False),
-    ("<|repo_name|>", False),
-    ("<|file_sep|>", False),
-)
-"""The 22 Qwen2.5 added tokens at ids 151643..151664, with their `special` flag (as in the real `tokenizer.json`)."""
-
-HIGGS_SPECIAL_TOKENS: tuple[str, ...] = (
-    "<|asr|>",
-    "<|streaming_asr|>",
-    "<|tts|>",
-    "<|streaming_tts|>",
-    "<|audio_cont_txt|>",
-    "<|audio|>",
-    "<|audio_end|>",
-    "<|text|>",
-    "<|text_end|>",
-    "<|eoc|>",
-    "<|user|>",
-    "<|assistant|>",
-    "<|system|>",
-    "<|await_audio|>",
-    "<|ref_audio|>",
-    "<|ref_text|>",
-    "<|emotion:elation|>",
-    "<|emotion:amusement|>",
-    "<|emotion:enthusiasm|>",
-    "<|emotion:determination|>",
-    "<|emotion:pride|>",
-    "<|emotion:contentment|>",
-    "<|emotion:affection|>",
-    "<|emotion:relief|>",
-    "<|emotion:contemplation|>",
-    "<|emotion:confusion|>",
-    "<|emotion:surprise|>",
-    "<|emotion:awe|>",
-    "<|emotion:longing|>",
-    "<|emotion:arousal|>",
-    "<|emotion:anger|>",
-    "<|emotion:fear|>",
-    "<|emotion:disgust|>",
-    "<|emotion:bitterness|>",
-    "<|emotion:sadness|>",
-    "<|emotion:shame|>",
-    "<|emotion:helplessness|>",
-    "<|env:music|>",
-    "<|env:noise|>",
-    "<|style:singing|>",
-    "<|style:shouting|>",
-    "<|style:whispering|>",
-    "<|sfx:cough|>",
-    "<|sfx:laughter|>",
-    "<|sfx:crying|>",
-    "<|sfx:screaming|>",
-    "<|sfx:burping|>",
-    "<|sfx:humming|>",
-    "<|sfx:sigh|>",
-    "<|sfx:sniff|>",
-    "<|sfx:sneeze|>",
-    "<|prosody:speed_very_slow|>",
-    "<|prosody:speed_slow|>",
-    "<|prosody:speed_fast|>",
-    "<|prosody:speed_very_fast|>",
-    "<|prosody:pitch_low|>",
-    "<|prosody:pitch_high|>",
-    "<|prosody:pause|>",
-    "<|prosody:long_pause|>",
-    "<|chatml|>",
-    "<|prosody:expressive_high|>",
-    "<|prosody:expressive_low|>",
-)
-"""The 62 Higgs tokens in `extra_special_tokens` order, at ids 151665..151726 (all special)."""
-
-ADDED_TOKENS: tuple[tuple[int, str, bool], ...] = tuple(
-    (FIRST_ADDED_TOKEN_ID + i, content, special)
-    for i, (content, special) in enumerate(QWEN_SPECIAL_TOKENS + tuple((t, True) for t in HIGGS_SPECIAL_TOKENS))
-)
-"""All 84 added tokens as `(id, content, special)`, exactly as in `reference/added_tokens.tsv`."""
-
-# The real `tokenizer_config.json`, field for field (transformers 5 format: no `added_tokens_decoder`).
-TOKENIZER_CONFIG: dict = {
-    "add_prefix_space": False,
-    "backend": "tokenizers",
-    "bos_token": None,
-    "clean_up_tokenization_spaces": False,
-    "eos_token": "<|endoftext|>",
-    "errors": "replace",
-    "extra_special_tokens": list(HIGGS_SPECIAL_TOKENS),
-    "is_local": True,
-    "model_max_length": 131072,
-    "pad_token": "<|endoftext|>",
-    "split_special_tokens": False,
-    "tokenizer_class": "Qwen2Tokenizer",
-    "unk_token": None,
-}
-
 # transformers' Qwen2 pre-tokenizer regex (the real `tokenizer.json` uses the same one).
 QWEN_PRETOKENIZE_REGEX = (
     r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"""
@@ -234,6 +134,14 @@ def _learn_merges(text: str, num_merges: int) -> tuple[dict[str, int], list[tupl
 
 def build_tiny_tokenizer():
     """The tiny byte-level BPE as a `tokenizers.Tokenizer`, with the 84 added tokens at their real ids."""
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_str(_tiny_tokenizer_json())
+
+
+@functools.lru_cache(maxsize=1)
+def _tiny_tokenizer_json() -> str:
+    """`tokenizer.json` of the tiny tokenizer (learned once per process: it is the same every time)."""
     from tokenizers import AddedToken, Tokenizer, decoders, normalizers, processors
     from tokenizers.models import BPE
 
@@ -260,7 +168,7 @@ def build_tiny_tokenizer():
         added = tokenizer.add_tokens([AddedToken(content, special=special, normalized=False)])
         if added != 1 or tokenizer.token_to_id(content) != token_id:
             raise RuntimeError(f"Added token {content!r} did not land on its real id {token_id}.")
-    return tokenizer
+    return tokenizer.to_str(pretty=False)
 
 
 def write_tiny_tokenizer(directory: str | os.PathLike) -> Path:
@@ -274,7 +182,7 @@ def write_tiny_tokenizer(directory: str | os.PathLike) -> Path:
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    build_tiny_tokenizer().save(str(directory / "tokenizer.json"), pretty=False)
+    (directory / "tokenizer.json").write_text(_tiny_tokenizer_json(), encoding="utf-8")
     with open(directory / "tokenizer_config.json", "w", encoding="utf-8") as f:
         json.dump(TOKENIZER_CONFIG, f, indent=2, ensure_ascii=False)
         f.write("\n")
@@ -282,30 +190,6 @@ def write_tiny_tokenizer(directory: str | os.PathLike) -> Path:
 
 
 # ------------------------------------------------------------------------------------------ original-format checkpoint
-ORIGINAL_MODEL_TYPE: str = "higgs_multimodal_qwen3"
-"""`model_type` of the original `config.json`."""
-
-CODEC_PREFIX: str = "tied.embedding.modality_embeddings.0.model."
-"""Prefix of the codec tensors in the original checkpoint (followed by `HiggsAudioV2TokenizerModel` names)."""
-
-CODEC_EXTRA_KEY: str = "semantic_model.masked_spec_embed"
-"""The one codec tensor of the original that transformers' codec does not have (HuBERT's training-only mask)."""
-
-ORIGINAL_LAYER_SUFFIXES: tuple[str, ...] = (
-    "input_layernorm.weight",
-    "self_attn.q_proj.weight",
-    "self_attn.k_proj.weight",
-    "self_attn.v_proj.weight",
-    "self_attn.o_proj.weight",
-    "self_attn.q_norm.weight",
-    "self_attn.k_norm.weight",
-    "post_attention_layernorm.weight",
-    "mlp.gate_proj.weight",
-    "mlp.up_proj.weight",
-    "mlp.down_proj.weight",
-)
-"""The 11 tensors of each `body.layers.{i}` (Qwen3 names), in the original's order."""
-
 TINY_DIMS: dict = {
     "hidden_size": 32,
     "num_layers": 2,
@@ -322,119 +206,39 @@ LICENSE_STUB: str = (
 )
 
 
-def original_config(
-    *,
-    hidden_size: int = 2560,
-    num_layers: int = 36,
-    num_attention_heads: int = 32,
-    num_key_value_heads: int = 8,
-    head_dim: int = 128,
-    intermediate_size: int = 9728,
-    vocab_size: int = 151936,
-    num_codebooks: int = 8,
-    codebook_size: int = 1026,
-    tie_word_embeddings: bool = True,
-) -> dict:
-    """The original `config.json` as a dict: with the defaults it equals the real one key for key
-    (`reference/config.json`); tiny checkpoints change only the dimensions (and the tie flags for untied heads)."""
-    return {
-        "_hidden_size": hidden_size,
-        "_vocab_size": vocab_size,
-        "architectures": ["HiggsMultimodalQwen3ForConditionalGeneration"],
-        "audio_encoder_config": {
-            "_name_or_path": "",
-            "architectures": None,
-            "chunk_size_feed_forward": 0,
-            "dtype": None,
-            "encoder_type": "discrete",
-            "id2label": {"0": "LABEL_0", "1": "LABEL_1"},
-            "is_encoder_decoder": False,
-            "label2id": {"LABEL_0": 0, "LABEL_1": 1},
-            "max_chunk_size": 50,
-            "mel_per_sample": 8,
-            "model_type": "higgs_audio_encoder",
-            "num_codebooks": num_codebooks,
-            "out_dim": hidden_size,
-            "output_attentions": False,
-            "output_hidden_states": False,
-            "problem_type": None,
-            "qwen3_aut_config": None,
-            "return_dict": True,
-            "tie_word_embeddings": tie_word_embeddings,
-            "use_delay_pattern": True,
-            "vocab_size": codebook_size,
-            "whisper_config": None,
-        },
-        "audio_token_id": -100,
-        "ignore_index": -100,
-        "model_type": ORIGINAL_MODEL_TYPE,
-        "text_config": {
-            "_name_or_path": "/ceph/models/Qwen3-4B-Base",
-            "architectures": ["Qwen3ForCausalLM"],
-            "attention_bias": False,
-            "attention_dropout": 0.0,
-            "bos_token_id": 151643,
-            "dtype": "bfloat16",
-            "eos_token_id": 151643,
-            "head_dim": head_dim,
-            "hidden_act": "silu",
-            "hidden_size": hidden_size,
-            "initializer_range": 0.02,
-            "intermediate_size": intermediate_size,
-            "layer_types": ["full_attention"] * num_layers,
-            "max_position_embeddings": 32768,
-            "max_window_layers": num_layers,
-            "model_type": "qwen3",
-            "num_attention_heads": num_attention_heads,
-            "num_hidden_layers": num_layers,
-            "num_key_value_heads": num_key_value_heads,
-            "pad_token_id": None,
-            "rms_norm_eps": 1e-06,
-            "rope_parameters": {"rope_theta": 1000000, "rope_type": "default"},
-            "sliding_window": None,
-            "tie_word_embeddings": tie_word_embeddings,
-            "use_cache": True,
-            "use_sliding_window": False,
-            "vocab_size": vocab_size,
-        },
-        "transformers_version": "5.5.0",
-    }
+TINY_CODEC_OVERRIDES: dict = {
+    "codebook_dim": 8,
+    "acoustic_model_config": {
+        "codebook_dim": 4, "codebook_size": 16, "decoder_hidden_size": 64, "encoder_hidden_size": 4, "hidden_size": 16,
+        "n_codebooks": 1,
+    },
+    "semantic_model_config": {
+        "conv_dim": [16] * 7, "hidden_size": 32, "intermediate_size": 64, "num_attention_heads": 2,
+        "num_conv_pos_embedding_groups": 4, "num_conv_pos_embeddings": 16, "num_hidden_layers": 2,
+    },
+}
+"""What the tiny codec changes in `REAL_CODEC_CONFIG`: widths and depths only (sub-configs updated key by key)."""
 
 
-def original_lm_shapes(config: dict) -> dict[str, tuple[int, ...]]:
-    """Names and shapes of the language-model tensors of an original checkpoint with `config` (the original
-    `config.json` dict), in the original's order; heads only when the config says untied."""
-    text, audio = config["text_config"], config["audio_encoder_config"]
-    hidden, head_dim = text["hidden_size"], text["head_dim"]
-    q, kv = text["num_attention_heads"] * head_dim, text["num_key_value_heads"] * head_dim
-    mlp = text["intermediate_size"]
-    audio_rows = audio["num_codebooks"] * audio["vocab_size"]
-    per_layer = {
-        "input_layernorm.weight": (hidden,),
-        "self_attn.q_proj.weight": (q, hidden),
-        "self_attn.k_proj.weight": (kv, hidden),
-        "self_attn.v_proj.weight": (kv, hidden),
-        "self_attn.o_proj.weight": (hidden, q),
-        "self_attn.q_norm.weight": (head_dim,),
-        "self_attn.k_norm.weight": (head_dim,),
-        "post_attention_layernorm.weight": (hidden,),
-        "mlp.gate_proj.weight": (mlp, hidden),
-        "mlp.up_proj.weight": (mlp, hidden),
-        "mlp.down_proj.weight": (hidden, mlp),
-    }
-    shapes = {
-        "tied.embedding.text_embedding.weight": (text["vocab_size"], hidden),
-        "tied.embedding.modality_embeddings.0.embedding.weight": (audio_rows, hidden),
-    }
-    for i in range(text["num_hidden_layers"]):
-        for suffix in ORIGINAL_LAYER_SUFFIXES:
-            shapes[f"body.layers.{i}.{suffix}"] = per_layer[suffix]
-    shapes["body.norm.weight"] = (hidden,)
-    if not text.get("tie_word_embeddings", True):
-        shapes["tied.head.text_head.weight"] = (text["vocab_size"], hidden)
-    if not audio.get("tie_word_embeddings", True):
-        shapes["tied.head.modality_heads.0.weight"] = (audio_rows, hidden)
-    return shapes
+def tiny_codec_config() -> dict:
+    """`REAL_CODEC_CONFIG` shrunk by `TINY_CODEC_OVERRIDES`: the real strides (24 kHz, hop 960, 8 quantizers,
+    codebook 1024) with tiny widths. A fresh dict."""
+    from .configuration_higgs_v3 import REAL_CODEC_CONFIG
+
+    config = copy.deepcopy(REAL_CODEC_CONFIG)
+    for key, value in copy.deepcopy(TINY_CODEC_OVERRIDES).items():
+        if isinstance(value, dict):
+            config[key].update(value)
+        else:
+            config[key] = value
+    return config
+
+
+def codec_state_dict_names(codec_config: dict) -> list[str]:
+    """The codec's parameter and buffer names for `codec_config`, in module order (built on the meta device)."""
+    from .convert_checkpoint import codec_tensor_shapes
+
+    return list(codec_tensor_shapes(codec_config))
 
 
 def random_lm_tensor(name: str, shape: tuple[int, ...], generator, dtype=None):
@@ -445,7 +249,7 @@ def random_lm_tensor(name: str, shape: tuple[int, ...], generator, dtype=None):
     dtype = dtype or torch.bfloat16
     if name.endswith("norm.weight"):
         values = 1.0 + 0.1 * torch.randn(shape, generator=generator)
-    elif name == "tied.embedding.text_embedding.weight" or name == "tied.head.text_head.weight":
+    elif name in (TEXT_EMBEDDING, TEXT_HEAD):
         values = torch.randn(shape, generator=generator)
     else:
         values = torch.randn(shape, generator=generator) / shape[-1] ** 0.5
@@ -485,6 +289,16 @@ def tiny_codec_tensors(codec_config: dict, seed: int = 0) -> dict:
     return tensors
 
 
+def write_codec_config_file(directory: str | os.PathLike, codec_config: dict) -> Path:
+    """Write `codec_config` as the original repo's `higgs_audio_v2_tokenizer_config.json` (keys sorted, with the
+    bookkeeping keys of the real file) and return its path."""
+    path = Path(directory) / ORIGINAL_CODEC_CONFIG_FILE
+    bookkeeping = {"architectures": ["HiggsAudioV2TokenizerModel"], "dtype": "float32",
+                   "transformers_version": "5.3.0.dev0"}
+    path.write_text(json.dumps({**codec_config, **bookkeeping}, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    return path
+
+
 def write_original_metadata(directory: str | os.PathLike, config: dict, weight_map: dict[str, str], total_size: int):
     """Write the non-weight files of an original-format repo: `config.json`, `model.safetensors.index.json`, the
     tokenizer files, `chat_template.jinja` and a LICENSE stub."""
@@ -513,15 +327,18 @@ def write_tiny_original_checkpoint(
     intermediate_size: int = TINY_DIMS["intermediate_size"],
     untied_heads: bool = False,
     codec_config: dict | None = None,
+    write_codec_config: bool = True,
 ) -> Path:
     """Write a tiny checkpoint in the original `bosonai/higgs-audio-v3-tts-4b` format into `directory` and return it.
 
     Files: `config.json` (the real structure and keys, small dimensions), `model.safetensors` (every tensor bf16,
     original names), `model.safetensors.index.json`, `tokenizer.json`, `tokenizer_config.json`,
     `chat_template.jinja` and `LICENSE`. With `with_codec` the codec tensors (`codec_config`, by default
-    `codec_higgs_v3.tiny_codec_config()`) are included under `tied.embedding.modality_embeddings.0.model.`.
-    `untied_heads` adds distinct `tied.head.text_head.weight` / `tied.head.modality_heads.0.weight` tensors and sets
-    both `tie_word_embeddings` flags to false. The same arguments give byte-identical tensors.
+    `tiny_codec_config()`) are included under `tied.embedding.modality_embeddings.0.model.`, and the codec config as
+    `higgs_audio_v2_tokenizer_config.json` unless `write_codec_config=False` (the converter then falls back to the
+    real codec config and refuses the tiny codec: what the fallback tests need). `untied_heads` adds distinct
+    `tied.head.text_head.weight` / `tied.head.modality_heads.0.weight` tensors and sets both `tie_word_embeddings`
+    flags to false. The same arguments give byte-identical tensors.
     """
     import torch
     from safetensors.torch import save_file
@@ -540,12 +357,10 @@ def write_tiny_original_checkpoint(
     generator = torch.Generator().manual_seed(seed)
     tensors = {name: random_lm_tensor(name, shape, generator) for name, shape in original_lm_shapes(config).items()}
     if with_codec:
-        if codec_config is None:
-            from .codec_higgs_v3 import tiny_codec_config
-
-            codec_config = tiny_codec_config()
-        for name, value in tiny_codec_tensors(codec_config, seed=seed).items():
-            tensors[CODEC_PREFIX + name] = value
+        codec_config = codec_config if codec_config is not None else tiny_codec_config()
+        tensors.update({CODEC_PREFIX + name: value for name, value in tiny_codec_tensors(codec_config, seed).items()})
+        if write_codec_config:
+            write_codec_config_file(directory, codec_config)
     save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
     total_size = sum(t.numel() * t.element_size() for t in tensors.values())
     write_original_metadata(directory, config, {name: "model.safetensors" for name in tensors}, total_size)
@@ -558,11 +373,6 @@ def tiny_config(*, with_codec: bool = True, **overrides):
     `with_codec`)."""
     from .configuration_higgs_v3 import HiggsAudioV3Config
 
-    codec_config = None
-    if with_codec:
-        from .codec_higgs_v3 import tiny_codec_config
-
-        codec_config = tiny_codec_config()
     kwargs = {
         "hidden_size": TINY_DIMS["hidden_size"],
         "num_hidden_layers": TINY_DIMS["num_layers"],
@@ -571,7 +381,7 @@ def tiny_config(*, with_codec: bool = True, **overrides):
         "head_dim": TINY_DIMS["head_dim"],
         "intermediate_size": TINY_DIMS["intermediate_size"],
         "max_window_layers": TINY_DIMS["num_layers"],
-        "codec_config": codec_config,
+        "codec_config": tiny_codec_config() if with_codec else None,
     }
     kwargs.update(overrides)
     return HiggsAudioV3Config(**kwargs)
@@ -582,8 +392,12 @@ def make_tiny_random_model(directory: str | os.PathLike, *, seed: int = 0, with_
     initialised `HiggsAudioV3ForConditionalGeneration` with `tiny_config()` saved with `save_pretrained` (fp32,
     remote code and `auto_map` included), the official `generation_config.json`, and the tokenizer (and processor)
     files. The same seed gives byte-identical tensors."""
+    import shutil
+
     import torch
 
+    from .converted_repo_higgs_v3 import remote_code_files, save_processor_files
+    from .generation_higgs_v3 import default_generation_config
     from .modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
 
     directory = Path(directory)
@@ -593,11 +407,7 @@ def make_tiny_random_model(directory: str | os.PathLike, *, seed: int = 0, with_
         model = HiggsAudioV3ForConditionalGeneration(tiny_config(with_codec=with_codec)).eval()
         if model.codec is not None:
             randomize_codebooks(model.codec)
-    import shutil
-
-    from .convert_checkpoint import official_generation_config, remote_code_files, save_processor_files
-
-    model.generation_config = official_generation_config(model.config)
+    model.generation_config = default_generation_config(model.config)
     model.save_pretrained(directory)
     write_tiny_tokenizer(directory)
     save_processor_files(directory, model.config)
@@ -626,31 +436,26 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
-
-
 __all__ = [
-    "ADDED_TOKENS",
-    "randomize_codebooks",
     "CHAT_TEMPLATE",
-    "CODEC_EXTRA_KEY",
-    "CODEC_PREFIX",
-    "FIRST_ADDED_TOKEN_ID",
-    "HIGGS_SPECIAL_TOKENS",
-    "ORIGINAL_LAYER_SUFFIXES",
-    "ORIGINAL_MODEL_TYPE",
-    "QWEN_SPECIAL_TOKENS",
+    "LICENSE_STUB",
+    "TINY_CODEC_OVERRIDES",
     "TINY_DIMS",
-    "TOKENIZER_CONFIG",
     "build_tiny_tokenizer",
+    "codec_state_dict_names",
+    "main",
     "make_tiny_random_model",
-    "original_config",
-    "original_lm_shapes",
     "random_lm_tensor",
+    "randomize_codebooks",
+    "tiny_codec_config",
     "tiny_codec_tensors",
     "tiny_config",
+    "write_codec_config_file",
     "write_original_metadata",
     "write_tiny_original_checkpoint",
     "write_tiny_tokenizer",
 ]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,17 +15,22 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 from transformers import AutoModel, AutoProcessor, AutoTokenizer
 
-from higgs_v3.codec_higgs_v3 import codec_state_dict_names, tiny_codec_config
-from higgs_v3.convert_checkpoint import check_output_folder
+from higgs_v3.configuration_higgs_v3 import REAL_CODEC_CONFIG
+from higgs_v3.converted_repo_higgs_v3 import check_output_folder
+from higgs_v3.generation_higgs_v3 import MAX_NEW_TOKENS
+from higgs_v3.original_format_higgs_v3 import original_config, original_lm_shapes, read_codec_config_file
 from higgs_v3.tiny_higgs_v3 import (
+    TINY_CODEC_OVERRIDES,
+    codec_state_dict_names,
     main,
     make_tiny_random_model,
-    original_config,
-    original_lm_shapes,
+    tiny_codec_config,
     write_tiny_original_checkpoint,
     write_tiny_tokenizer,
 )
 
+
+REFERENCE_DIR = Path(__file__).resolve().parent / "reference"  # verbatim copy of the spec's reference/ files
 
 REFERENCE_CONFIG_JSON = r'''{
  "_hidden_size": 2560,
@@ -443,6 +449,7 @@ def test_tiny_original_checkpoint_files_and_tensors(original_dir):
         "LICENSE",
         "chat_template.jinja",
         "config.json",
+        "higgs_audio_v2_tokenizer_config.json",
         "model.safetensors",
         "model.safetensors.index.json",
         "tokenizer.json",
@@ -485,6 +492,36 @@ def test_tiny_original_checkpoint_files_and_tensors(original_dir):
     tensors = load_file(original_dir / "model.safetensors")
     assert index["metadata"]["total_size"] == sum(t.numel() * 2 for t in tensors.values())
     assert "<|im_start|>" in (original_dir / "chat_template.jinja").read_text()
+    # The codec config file: the real file's keys (bookkeeping included), the tiny codec's values.
+    with open(original_dir / "higgs_audio_v2_tokenizer_config.json") as f:
+        codec_file = json.load(f)
+    with open(REFERENCE_DIR / "higgs_audio_v2_tokenizer_config.json") as f:
+        assert sorted(codec_file) == sorted(json.load(f))
+    assert read_codec_config_file(original_dir / "higgs_audio_v2_tokenizer_config.json") == tiny_codec_config()
+
+
+def test_the_codec_config_file_can_be_left_out(tmp_path):
+    directory = write_tiny_original_checkpoint(tmp_path, write_codec_config=False)
+    assert not (directory / "higgs_audio_v2_tokenizer_config.json").exists()
+    with safe_open(str(directory / "model.safetensors"), framework="pt") as f:
+        assert any(name.startswith("tied.embedding.modality_embeddings.0.model.") for name in f.keys())
+
+
+def test_tiny_codec_config_is_the_real_one_with_small_widths():
+    tiny, real = tiny_codec_config(), REAL_CODEC_CONFIG
+    assert list(tiny) == list(real)
+    for key, value in tiny.items():
+        if isinstance(value, dict):
+            assert list(value) == list(real[key])
+            changed = {k: v for k, v in value.items() if v != real[key][k]}
+            assert changed == TINY_CODEC_OVERRIDES[key], key
+        elif value != real[key]:
+            assert TINY_CODEC_OVERRIDES[key] == value, key
+    # The strides, sample rates and quantizer count stay real: 24 kHz, hop 960, 8 codebooks of 1024.
+    for key in ("sample_rate", "downsample_factor", "target_bandwidths", "codebook_size", "strides"):
+        assert tiny[key] == real[key]
+    assert tiny["acoustic_model_config"]["downsampling_ratios"] == real["acoustic_model_config"]["downsampling_ratios"]
+    assert tiny_codec_config() is not tiny and tiny_codec_config() == tiny
 
 
 def test_tiny_original_checkpoint_is_deterministic(tmp_path, original_dir):
@@ -519,8 +556,13 @@ def test_command_line_writes_an_original_checkpoint(tmp_path, capsys):
 
 
 # ------------------------------------------------------------------------------------------------ tiny random model
-def test_tiny_random_model_loads_with_remote_code(tmp_path):
-    directory = make_tiny_random_model(tmp_path / "random")
+@pytest.fixture(scope="module")
+def tiny_random_dir(tmp_path_factory):
+    return make_tiny_random_model(tmp_path_factory.mktemp("random") / "random")
+
+
+def test_tiny_random_model_files(tiny_random_dir, tmp_path):
+    directory = tiny_random_dir
     files = set(os.listdir(directory))
     assert {"config.json", "model.safetensors", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
             "processor_config.json", "modeling_higgs_v3.py", "configuration_higgs_v3.py", "codec_higgs_v3.py",
@@ -532,10 +574,18 @@ def test_tiny_random_model_loads_with_remote_code(tmp_path):
     assert config["codec_config"] == tiny_codec_config()
     with open(directory / "generation_config.json") as f:
         generation = json.load(f)
-    assert generation["do_sample"] is True and generation["temperature"] == 1.0 and generation["max_new_tokens"] == 2048
-    assert generation.get("top_k") is None and generation.get("top_p") is None
-
+    assert generation["do_sample"] is True and generation["temperature"] == 1.0
+    assert generation["max_new_tokens"] == MAX_NEW_TOKENS
+    assert generation.get("top_k") in (None, 0) and generation.get("top_p") in (None, 1.0)
     check_output_folder(directory)  # config with auto_map, every code file auto_map needs, weights, tokenizer
+    # Byte-identical tensors from the same seed.
+    again = make_tiny_random_model(tmp_path / "again")
+    assert (again / "model.safetensors").read_bytes() == (directory / "model.safetensors").read_bytes()
+
+
+@pytest.mark.integration
+def test_tiny_random_model_loads_with_remote_code(tiny_random_dir):
+    directory = tiny_random_dir
     processor = AutoProcessor.from_pretrained(directory, trust_remote_code=True)
     assert type(processor).__name__ == "HiggsAudioV3Processor"
     assert processor(text="Hello.", return_tensors="pt")["input_ids"][0, 0].item() == 151667
@@ -551,6 +601,3 @@ def test_tiny_random_model_loads_with_remote_code(tmp_path):
     assert codes.shape == (1, 8, 6) and len(set(codes.flatten().tolist())) > 8
     quiet = model.codec.decode(torch.zeros(1, 8, 6, dtype=torch.long))
     assert not torch.equal(model.codec.decode(codes), quiet)
-    # Byte-identical tensors from the same seed.
-    again = make_tiny_random_model(tmp_path / "again")
-    assert (again / "model.safetensors").read_bytes() == (directory / "model.safetensors").read_bytes()
