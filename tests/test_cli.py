@@ -1,20 +1,22 @@
 # Copyright 2026 the higgs-v3 authors. Licensed under the Apache License, Version 2.0.
-"""The `higgs-v3` console script, end to end in a subprocess on the tiny random model: the README command, long text
-from stdin, a dialogue, and the error cases (exit code 2, one line on stderr, no traceback). Expected lengths come from
-the generated codes saved next to the wav (`--save-codes`) and from the chunker; the written audio is compared with
-the codec's own decoding of those codes.
+"""The `higgs-v3` console script on the tiny random model: the README commands, long text from stdin, a dialogue, and
+the error cases (exit code 2, one line on stderr, no traceback). Expected lengths come from the generated codes saved
+next to the wav (`--save-codes`) and from the chunker; the written audio is compared with the codec's own decoding of
+those codes.
 
-Every subprocess pays the package import (several seconds on 2 shared cores), so the default run keeps the README
-command and the four main error cases in a subprocess and runs the long-text and dialogue commands and every error
-message through `main(argv)` in-process; the same commands in a subprocess are marked slow.
+Every subprocess pays the package import (several seconds on 2 shared cores), so the unit layer runs the commands and
+every error message through `main(argv)` in-process (and checks that the README's command lines parse and validate);
+the same commands in a subprocess, and the README's commands run as written, are in the integration layer.
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -28,8 +30,9 @@ from safetensors import safe_open
 
 from higgs_v3 import cli_higgs_v3
 from higgs_v3.audio_io_higgs_v3 import HiggsAudioV3Voice
-from higgs_v3.cli_higgs_v3 import TINY_RANDOM_MAX_SECONDS, ensure_tiny_random, main
-from higgs_v3.longform_higgs_v3 import split_text
+from higgs_v3.chunking_higgs_v3 import split_text
+from higgs_v3.cli_higgs_v3 import SpeakRequest, build_parser, main
+from higgs_v3.model_sources_higgs_v3 import TINY_RANDOM_MAX_SECONDS, ensure_tiny_random, tiny_random_dir
 
 
 SR, SPF = 24000, 960
@@ -37,14 +40,23 @@ PCM16_TOLERANCE = 2 / 32768  # a 16-bit wav: rounding plus libsndfile's 32767 vs
 SCRIPT = Path(sys.executable).with_name("higgs-v3")
 
 
+def load_once(load):
+    """`load(path, ...)` computed once per resolved path and arguments: in-process commands share the tiny model and
+    processor instead of reading them from disk again each (the subprocess tests load them for real every time)."""
+    cached = functools.cache(lambda path, *args: load(path, *args))
+    return lambda path, *args: cached(Path(path).resolve(), *args)
+
+
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
-    """A private cache holding the tiny random model (built once, in-process) for every subprocess of this module."""
+    """A private cache holding the tiny random model (built once, in-process) for every command of this module."""
     directory = tmp_path_factory.mktemp("higgs_cache")
     patch = pytest.MonkeyPatch()
     patch.setenv("HIGGS_V3_CACHE", str(directory))
     patch.delenv("HIGGS_V3_TINY_RANDOM", raising=False)
     patch.delenv("HIGGS_V3_MODEL", raising=False)
+    patch.setattr(cli_higgs_v3, "load_processor", load_once(cli_higgs_v3.load_processor))
+    patch.setattr(cli_higgs_v3, "load_model", load_once(cli_higgs_v3.load_model))
     ensure_tiny_random()
     yield directory
     patch.undo()
@@ -64,7 +76,7 @@ def run(args: list[str], cwd: Path, stdin: str | None = None, **env) -> subproce
     )
 
 
-@pytest.fixture(params=["in-process", pytest.param("subprocess", marks=pytest.mark.slow)])
+@pytest.fixture(params=["in-process", pytest.param("subprocess", marks=pytest.mark.integration)])
 def runner(request, cache, monkeypatch, capsys):
     """Runs the command line in a subprocess (slow: each pays the package import) or as `main(argv)` in this process
     (library logging settings left alone); returns `(exit code, stdout, stderr)`."""
@@ -86,28 +98,27 @@ def runner(request, cache, monkeypatch, capsys):
     return call
 
 
-def main_restoring_library_settings(argv: list[str]) -> int:
-    """`main(argv)`, then the logging levels, warning filters and progress bars the command changed are restored."""
+def library_settings() -> tuple:
+    """The logging levels, warning filters and progress-bar switches a command may change while it runs."""
     import logging
     import warnings
 
     import huggingface_hub.utils
     from transformers.utils import logging as transformers_logging
 
-    verbosity = transformers_logging.get_verbosity()
-    own_level = logging.getLogger("higgs_v3").level
-    bars = transformers_logging.is_progress_bar_enabled()
-    hub_bars = not huggingface_hub.utils.are_progress_bars_disabled()
-    try:
-        with warnings.catch_warnings():
-            return main(argv)
-    finally:
-        transformers_logging.set_verbosity(verbosity)
-        logging.getLogger("higgs_v3").setLevel(own_level)
-        if bars:
-            transformers_logging.enable_progress_bar()
-        if hub_bars:
-            huggingface_hub.utils.enable_progress_bars()
+    return (
+        transformers_logging.get_verbosity(), logging.getLogger("higgs_v3").level, list(warnings.filters),
+        transformers_logging.is_progress_bar_enabled(), huggingface_hub.utils.are_progress_bars_disabled(),
+    )
+
+
+def main_restoring_library_settings(argv: list[str]) -> int:
+    """`main(argv)` in this process, checking that it leaves the caller's library settings as they were (a notebook
+    or a test that calls it must not stay silenced)."""
+    before = library_settings()
+    code = main(argv)
+    assert library_settings() == before, "main() did not restore the library settings it changed"
+    return code
 
 
 def read_codes(path: Path) -> tuple[torch.Tensor, list[int], dict]:
@@ -131,6 +142,7 @@ def test_console_script_is_installed():
     assert SCRIPT.is_file(), f"{SCRIPT} is missing: reinstall with `pip install -e .`"
 
 
+@pytest.mark.integration
 def test_readme_command(cache, tiny_model, tmp_path):
     """`higgs-v3 speak --model tiny-random "Hello world" -o hello.wav`: the wav holds exactly the generated frames
     (at most the demo model's 3 s limit) and equals the codec's decoding of the saved codes."""
@@ -250,13 +262,14 @@ def check_error(result: subprocess.CompletedProcess, expected: str) -> None:
     assert lines[0].startswith(expected), lines[0]
 
 
+@pytest.mark.integration
 @pytest.mark.parametrize("case", sorted(ERROR_CASES))
 def test_errors_in_a_subprocess(cache, tmp_path, case):
     args, expected = ERROR_CASES[case]
     check_error(run(args, cwd=tmp_path), expected)
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 @pytest.mark.parametrize("case", sorted(SLOW_ERROR_CASES))
 def test_more_errors_in_a_subprocess(cache, tmp_path, case):
     (tmp_path / "fake.wav").write_text("not audio")
@@ -274,6 +287,7 @@ def in_process(cache, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)  # read at import time, so patched here
     (tmp_path / "fake.wav").write_text("not audio")
     (tmp_path / "latin1.txt").write_bytes("caf\xe9 au lait".encode("latin-1"))
+    (tmp_path / "play.txt").write_text("[Ann] Hi.\n", encoding="utf-8")
     soundfile.write(str(tmp_path / "clip.wav"), np.zeros(24000, dtype=np.float32), 24000)
 
     def call(*args: str) -> tuple[int, str, str]:
@@ -311,6 +325,22 @@ IN_PROCESS_ERRORS = {
                              "higgs-v3: error: Unknown control tag '<|sfx:laugh|>' in dialogue line 2"),
     "ref text tag": (["speak", "Hi", "--ref-audio", "clip.wav", "--ref-text", "<|oops|>", "--model", "tiny-random"],
                      "higgs-v3: error: Unknown control tag '<|oops|>' in the reference text"),
+    "dialogue transcript tag": (["speak", "--dialogue", "[Ann] Hi.", "--voice", "Ann=clip.wav:<|tts|>Hello.",
+                                 "--model", "tiny-random"],
+                                "higgs-v3: error: '<|tts|>' in the transcript of the voice of 'Ann' is a structural "
+                                "prompt token"),
+    "dialogue script as a file name": (["speak", "--dialogue", "play.txt", "--voice", "Ann=clip.wav"],
+                                       "higgs-v3: error: --dialogue reads the script from TEXT, and 'play.txt' is a file "
+                                       "name; read the script from it with --dialogue --text-file play.txt."),
+    "output overwrites an input": (["speak", "Hi", "--ref-audio", "clip.wav", "-o", "./clip.wav"],
+                                   "higgs-v3: error: -o './clip.wav' is also an input of this command; writing it would "
+                                   "destroy it. Choose another file name."),
+    "seed out of range": (["speak", "Hi", "--seed", "-1"],
+                          "higgs-v3: error: --seed must be an integer in [0, 2**62), got -1."),
+    "bad min-p": (["speak", "Hi", "--min-p", "0"],
+                  "higgs-v3 speak: error: argument --min-p: --min-p must be in (0, 1], got '0' (see higgs-v3 speak --help)"),
+    "bad voice file name": (["speak", "Hi", "--save-voice", "v.wav"],
+                                "higgs-v3: error: The voice file 'v.wav' must end with .safetensors or .json."),
     "bad extension": (["speak", "Hi", "-o", "x.mp9"],
                       "higgs-v3: error: Cannot write audio file 'x.mp9': unknown extension .mp9; use .wav, .flac or .ogg."),
     "bad codes name": (["speak", "Hi", "--save-codes", "c.npz"],
@@ -342,8 +372,6 @@ def test_error_messages(in_process, case):
 
 # ----------------------------------------------------------------------------------------- other commands
 def test_make_tiny_and_tags(in_process, tmp_path):
-    from higgs_v3.processing_higgs_v3 import HiggsAudioV3Processor
-
     code, out, _ = in_process("make-tiny", "demo")
     assert code == 0 and out.startswith("Wrote the tiny random Higgs Audio v3 model to demo")
     generation = json.loads((tmp_path / "demo" / "generation_config.json").read_text())
@@ -351,8 +379,12 @@ def test_make_tiny_and_tags(in_process, tmp_path):
     for name in ("config.json", "model.safetensors", "tokenizer.json", "processor_config.json"):
         assert (tmp_path / "demo" / name).is_file()
     code, out, _ = in_process("tags", "--model", "demo")
-    expected = HiggsAudioV3Processor.from_pretrained(str(tmp_path / "demo")).valid_tags()
-    assert code == 0 and out.splitlines() == expected and "<|emotion:anger|>" in expected
+    tags = out.splitlines()
+    # Spec §2: 21 emotion, 3 style, 9 sfx, 10 prosody and 2 env tags, one token each, in id order.
+    families = [re.fullmatch(r"<\|(emotion|style|sfx|prosody|env):[^|<>]+\|>", tag).group(1) for tag in tags]
+    assert code == 0 and "<|emotion:anger|>" in tags and len(set(tags)) == len(tags)
+    assert {family: families.count(family) for family in families} == {"emotion": 21, "style": 3, "sfx": 9,
+                                                                        "prosody": 10, "env": 2}
 
 
 def test_tiny_random_is_built_once(cache, monkeypatch):
@@ -362,10 +394,10 @@ def test_tiny_random_is_built_once(cache, monkeypatch):
     assert ensure_tiny_random() == target
     assert (stamp.stat().st_mtime_ns, (target / "model.safetensors").stat().st_mtime_ns) == before
     monkeypatch.setenv("HIGGS_V3_TINY_RANDOM", str(cache / "elsewhere"))
-    assert cli_higgs_v3.tiny_random_dir() == cache / "elsewhere"
+    assert tiny_random_dir() == cache / "elsewhere"
 
 
-@pytest.mark.slow
+@pytest.mark.integration
 def test_convert_then_speak_with_the_converted_model(cache, tmp_path):
     """make-tiny --original, convert it with the delegated converter, speak with the converted folder."""
     assert run(["make-tiny", "--original", "orig"], cwd=tmp_path).returncode == 0
@@ -404,3 +436,59 @@ def test_convert_help_names_the_command(capsys):
     assert main_restoring_library_settings(["convert", "--help"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: higgs-v3 convert ") and "convert_checkpoint.py" not in out
+
+
+# ----------------------------------------------------------------------------------------- the README's commands
+README = Path(cli_higgs_v3.__file__).with_name("README.md")
+
+
+def readme_commands() -> list[list[str]]:
+    """Every `higgs-v3 ...` line of the README's shell blocks, as argument lists (comments dropped), with the model
+    names replaced by the tiny random one."""
+    blocks = re.findall(r"```bash\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
+    lines = [line for block in blocks for line in block.splitlines() if line.startswith("higgs-v3 ")]
+    commands = []
+    for line in lines:
+        args = shlex.split(line, comments=True)[1:]
+        commands.append(["tiny-random" if arg in ("MODEL", "bosonai/higgs-audio-v3-tts-4b") else arg for arg in args])
+    return commands
+
+
+def write_readme_inputs(directory: Path) -> None:
+    """The files the README's commands read: a text, a script, clips and a saved voice."""
+    clip = (0.3 * np.sin(np.arange(int(1.5 * SR)) / 5)).astype(np.float32)
+    for name in ("me.wav", "ann.wav"):
+        soundfile.write(str(directory / name), clip, SR)
+    HiggsAudioV3Voice(codes=torch.randint(0, 1024, (6, 8), generator=torch.Generator().manual_seed(0))).save(
+        directory / "bob.safetensors"
+    )
+    (directory / "chapter.txt").write_text("A first sentence. A second one.", encoding="utf-8")
+    (directory / "script.txt").write_text("[Ann] Hello Bob.\n[Bob] Hi Ann!\n", encoding="utf-8")
+
+
+def test_readme_commands_parse_and_validate(tmp_path, monkeypatch):
+    """The README and the command line agree: each `speak` line of the README parses and passes every check that needs
+    no model (the dialogue one reads its script from the file)."""
+    monkeypatch.chdir(tmp_path)
+    write_readme_inputs(tmp_path)
+    commands = readme_commands()
+    speak = [args for args in commands if args[0] == "speak"]
+    assert len(speak) >= 4 and any("--dialogue" in args for args in speak)
+    for args in speak:
+        request = SpeakRequest.from_args(build_parser().parse_args(args))
+        request.validate()
+        if request.dialogue:
+            assert request.text_file == "script.txt" and request.text.startswith("[Ann] Hello Bob.")
+            assert set(request.voices) == {"Ann", "Bob"}
+
+
+@pytest.mark.integration
+def test_readme_commands_run_as_written(cache, tmp_path, monkeypatch, capsys):
+    """Every `higgs-v3` command of the README, run as written (on the tiny random model)."""
+    monkeypatch.chdir(tmp_path)
+    write_readme_inputs(tmp_path)
+    for args in readme_commands():
+        code = main_restoring_library_settings(args)
+        captured = capsys.readouterr()
+        assert code == 0, (args, captured.err)
+        assert "Traceback" not in captured.err

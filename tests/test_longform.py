@@ -1,6 +1,7 @@
 # Copyright 2026 the higgs-v3 authors. Licensed under the Apache License, Version 2.0.
-"""Tests of the long-form library (`longform_higgs_v3`): the chunker (property tests with hypothesis plus worked
-examples), dialogue parsing, the progress counter, and long-form / dialogue synthesis on a tiny random model.
+"""Tests of long-form speech: the chunker and dialogue scripts (`chunking_higgs_v3`; property tests with hypothesis
+plus worked examples), the progress counter, and long-form / dialogue synthesis (`longform_higgs_v3`) on a tiny random
+model, also with voices, processors and models from a second import of the package (as remote code is imported).
 
 The chunker properties are checked against texts whose sentence and clause boundaries are known by construction; the
 synthesis tests record every `generate` call to check what each chunk was conditioned on, and derive the expected
@@ -9,9 +10,16 @@ delayed reference rows with an explicit loop over the spec's formula (§4).
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import io
 import json
+import os
 import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -19,22 +27,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from transformers import AutoTokenizer, LogitsProcessor, LogitsProcessorList
 
+import higgs_v3
 from higgs_v3.audio_io_higgs_v3 import HiggsAudioV3Voice, save_audio
-from higgs_v3.longform_higgs_v3 import (
-    SpeechProgress,
-    parse_dialogue,
-    resolve_voice,
-    split_sentences,
-    split_text,
-    synthesize_dialogue,
-    synthesize_long,
-)
+from higgs_v3.chunking_higgs_v3 import parse_dialogue, split_sentences, split_text
+from higgs_v3.delay_higgs_v3 import HiggsAudioV3AudioSpec
+from higgs_v3.longform_higgs_v3 import SpeechProgress, resolve_voice, synthesize_dialogue, synthesize_long
 from higgs_v3.modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
 from higgs_v3.processing_higgs_v3 import HiggsAudioV3Processor
 from higgs_v3.tiny_higgs_v3 import tiny_config, write_tiny_tokenizer
+from oracles import BOC, EOC, NUM_CODEBOOKS, delayed_by_loop
 
 
-BOC, EOC, C, SPF, SR = 1024, 1025, 8, 960, 24000
+C, SPF, SR = NUM_CODEBOOKS, 960, 24000
 TAG = re.compile(r"<\|[^<>|\n]*\|>")
 VALID_TAGS = ["<|emotion:anger|>", "<|prosody:pause|>", "<|sfx:laughter|>", "<|style:whispering|>"]
 
@@ -74,7 +78,12 @@ _PIECES = st.one_of(
 )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Few examples in the unit layer (the run must stay fast); `HYPOTHESIS_EXAMPLES=2000` searches harder (with
+# `HYPOTHESIS_PROFILE=explore` for fresh examples, see conftest).
+EXAMPLES = int(os.environ.get("HYPOTHESIS_EXAMPLES", "40"))
+
+
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pieces=st.lists(_PIECES, max_size=30), max_chars=st.integers(1, 80))
 def test_chunker_invariants_on_random_text(pieces, max_chars):
     text = "".join(pieces)
@@ -127,7 +136,7 @@ def chunk_bounds(chunks: list[str]) -> list[int]:
     return ends
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=EXAMPLES, deadline=None)
 @given(data=sentences(), max_chars=st.integers(5, 120))
 def test_chunker_cuts_at_sentences_then_clauses(data, max_chars):
     text, sentence_ends, clause_ends, sentence_texts = data
@@ -198,6 +207,9 @@ def test_parse_dialogue():
     assert [(l.speaker, l.text, l.line_number) for l in lines] == [
         ("Ann", "Hi there.", 2), ("Bob", "Hello! How are you?", 3), ("Ann", "<|emotion:elation|>Great.", 6)
     ]
+    # (speaker, text) pairs and DialogueLines are taken as they are, numbered from 1.
+    pairs = parse_dialogue([("Ann", "Hi."), lines[1]])
+    assert [(l.speaker, l.text, l.line_number) for l in pairs] == [("Ann", "Hi.", 1), ("Bob", "Hello! How are you?", 3)]
 
 
 @pytest.mark.parametrize(
@@ -228,7 +240,7 @@ def test_progress_counts_frames_with_the_stopping_rule():
             [[EOC, EOC, 4], [5, 6, 7]],
         ]
     )
-    progress = SpeechProgress(num_codebooks=3, audio_eoc_token_id=EOC, frame_rate=25, total_chunks=2, enabled=False)
+    progress = SpeechProgress(HiggsAudioV3AudioSpec(num_codebooks=3), total_chunks=2, enabled=False)
     streamer = progress.streamer()
     for row in rows:
         streamer.put(row)
@@ -260,18 +272,9 @@ class Recorder:
         monkeypatch.setattr(model, "generate", generate)
 
 
-def delayed_by_loop(raw: torch.Tensor) -> torch.Tensor:
-    """Spec §4: D[r, c] = R[r - c, c] if 0 <= r - c < T, BOC if r < c, EOC if r - c >= T."""
-    frames, books = raw.shape
-    out = torch.empty(frames + books - 1, books, dtype=torch.long)
-    for r in range(frames + books - 1):
-        for c in range(books):
-            out[r, c] = BOC if r < c else (EOC if r - c >= frames else raw[r - c, c])
-    return out
-
-
 class EndAfter(LogitsProcessor):
-    """Forces EOC on codebook 0 of batch row b from step `steps[b]` on (so that sequence has `steps[b]` frames)."""
+    """Forces EOC on codebook 0 of batch row b from step `steps[b]` on, and forbids it before (so that sequence has
+    exactly `steps[b]` frames)."""
 
     def __init__(self, steps):
         self.steps = steps
@@ -285,6 +288,8 @@ class EndAfter(LogitsProcessor):
             if step >= end:
                 scores[b * C, :] = -float("inf")
                 scores[b * C, EOC] = 0.0
+            else:
+                scores[b * C, EOC] = -float("inf")
         return scores
 
 
@@ -398,6 +403,12 @@ def test_long_text_refusals(tts):
         synthesize_long(model, processor, "Hello.", pause_seconds=-1)
     with pytest.raises(ValueError, match=re.escape("reference_text was given without a reference voice or clip")):
         synthesize_long(model, processor, "Hello.", reference_text="hi")
+    # Checked before any generation: the seed of the last chunk, a voice's transcript (the processor's rule).
+    with pytest.raises(ValueError, match=re.escape("the last chunk's seed (seed + 1) must be an integer in [0, 2**62)")):
+        synthesize_long(model, processor, "One. Two.", max_chars=4, seed=2**62 - 1)
+    voice = HiggsAudioV3Voice(codes=torch.zeros(4, C, dtype=torch.long), text="<|text|>Hi.")
+    with pytest.raises(ValueError, match=re.escape("'<|text|>' in the transcript of the reference is a structural")):
+        synthesize_long(model, processor, "Hello.", reference=voice)
 
 
 def test_dialogue_uses_each_speakers_voice(tts, monkeypatch):
@@ -433,6 +444,10 @@ def test_dialogue_auto_voices_and_refusals(tts, monkeypatch):
     with pytest.raises(ValueError, match=re.escape("Unknown control tag '<|sfx:laugh|>' in dialogue line 2")):
         synthesize_dialogue(model, processor, "[Ann] Hi.\n[Bob] <|sfx:laugh|>Ha.", {"Ann": voice, "Bob": voice})
     recorder = Recorder(model, monkeypatch)
+    # A bad transcript fails before Bob's first line (generated first, for his voice) is generated.
+    with pytest.raises(ValueError, match=re.escape("Unknown control tag '<|oops|>' in the transcript of the voice of 'Ann'")):
+        synthesize_dialogue(model, processor, script, {"Ann": (voice, "<|oops|>")}, auto_voices=True)
+    assert recorder.calls == []
     result = synthesize_dialogue(model, processor, script, {"Ann": voice}, auto_voices=True, seed=0, max_seconds=0.2)
     # Bob's first line comes first, without reference; then every line with its voice (Bob's from his first line).
     assert [c["input_ids"].shape[0] for c in recorder.calls] == [1, 2]
@@ -452,7 +467,109 @@ def test_resolve_voice_from_a_clip_and_a_transcript(tts, tmp_path):
     assert voice.text == "Some words." and voice.num_frames == 30
     again = resolve_voice(model, processor, HiggsAudioV3Voice(codes=voice.codes), "Other words.")
     assert again.text == "Other words."
-    with pytest.raises(ValueError, match=re.escape("The voice already carries its transcript")):
+    with pytest.raises(ValueError, match=re.escape("The reference already carries its transcript; do not pass another")):
         resolve_voice(model, processor, voice, "More words.")
     with pytest.raises(FileNotFoundError, match=re.escape("Voice file")):
         resolve_voice(model, processor, str(tmp_path / "missing.safetensors"))
+
+
+# --------------------------------------------------------------------------------------------- two import paths
+@pytest.fixture(scope="module")
+def second_import():
+    """This package imported a second time under another name, as `trust_remote_code=True` imports a repo's copy of
+    these modules (`transformers_modules.<repo>...`): the same classes, but distinct ones. Returns `module(name)`."""
+    name = "higgs_v3_second_import"
+    root = Path(higgs_v3.__file__).parent
+    spec = importlib.util.spec_from_file_location(name, root / "__init__.py", submodule_search_locations=[str(root)])
+    package = importlib.util.module_from_spec(spec)
+    sys.modules[name] = package
+    spec.loader.exec_module(package)
+    yield lambda module: importlib.import_module(f"{name}.{module}")
+    for key in [key for key in sys.modules if key == name or key.startswith(name + ".")]:
+        del sys.modules[key]
+
+
+def test_voices_from_another_import_of_the_package(tts, second_import, monkeypatch, tmp_path):
+    """The notebook case: voices made by the remote-code classes, spoken with the installed package's functions."""
+    model, processor = tts
+    OtherVoice = second_import("audio_io_higgs_v3").HiggsAudioV3Voice
+    assert OtherVoice is not HiggsAudioV3Voice
+    generator = torch.Generator().manual_seed(11)
+    ann = OtherVoice(codes=torch.randint(0, 1024, (4, C), generator=generator), text="Ann speaks.")
+    bob = OtherVoice(codes=torch.randint(0, 1024, (3, C), generator=generator))
+    recorder = Recorder(model, monkeypatch)
+    long = synthesize_long(model, processor, "One. Two.", reference=ann, max_chars=4, seed=0, max_seconds=0.12)
+    assert torch.equal(recorder.calls[0]["audio_input_ids"].cpu(), torch.cat([delayed_by_loop(ann.codes)] * 2))
+    assert isinstance(long.voice, HiggsAudioV3Voice) and long.voice.text == "Ann speaks."
+    assert resolve_voice(model, processor, bob, "Bob speaks.").text == "Bob speaks."
+    recorder.calls.clear()
+    script = "[Ann] Hi.\n[Bob] Hello.\n[Cy] Hey."
+    dialogue = synthesize_dialogue(model, processor, script, {"Ann": ann, "Bob": (bob, "Bob speaks.")}, auto_voices=True,
+                                   seed=0, max_seconds=0.12)
+    # Cy's first line alone (no voice yet), then Ann and Bob with their voices.
+    assert [c["input_ids"].shape[0] for c in recorder.calls] == [1, 2]
+    expected = torch.cat([delayed_by_loop(ann.codes), delayed_by_loop(bob.codes)])
+    assert torch.equal(recorder.calls[1]["audio_input_ids"].cpu(), expected)
+    assert dialogue.voices["Bob"].text == "Bob speaks." and dialogue.voices["Cy"].text == "Hey."
+
+
+def test_model_and_processor_from_another_import(tts, second_import, tmp_path):
+    """Model and processor from the second import, long-form functions from the installed package: the first chunk's
+    voice (an installed-package voice) conditions the rest, clips are encoded by the other model, voice files load;
+    the codes equal those of the installed classes."""
+    model, processor = tts
+    OtherConfig = second_import("configuration_higgs_v3").HiggsAudioV3Config
+    other_model = second_import("modeling_higgs_v3").HiggsAudioV3ForConditionalGeneration(
+        OtherConfig.from_dict(model.config.to_dict())
+    ).eval()
+    other_model.load_state_dict(model.state_dict())
+    other_processor = second_import("processing_higgs_v3").HiggsAudioV3Processor.from_model_config(
+        processor.tokenizer, other_model.config
+    )
+    options = dict(max_chars=6, seed=5, max_seconds=0.12)
+    ours = synthesize_long(model, processor, "One. Two.", **options)
+    theirs = synthesize_long(other_model, other_processor, "One. Two.", **options)
+    assert [c.codes.tolist() for c in theirs.chunks] == [c.codes.tolist() for c in ours.chunks]
+    clip = tmp_path / "clip.wav"
+    save_audio(torch.sin(torch.arange(SR) / 5.0) * 0.3, clip, SR)
+    voice_file = HiggsAudioV3Voice(codes=torch.zeros(3, C, dtype=torch.long), text="Saved.").save(tmp_path / "v.json")
+    result = synthesize_dialogue(other_model, other_processor, "[Ann] Hi.\n[Bob] Yo.", {"Ann": (str(clip), "A clip."),
+                                 "Bob": str(voice_file)}, seed=0, max_seconds=0.12)
+    assert result.voices["Ann"].text == "A clip." and result.voices["Ann"].num_frames == 25
+    assert torch.equal(result.voices["Bob"].codes, torch.zeros(3, C, dtype=torch.long))
+
+
+@pytest.mark.integration
+def test_readme_notebook_flow_with_remote_code(tmp_path):
+    """In a fresh process, as the README's notebook does: `AutoModel` / `AutoProcessor` with `trust_remote_code=True`
+    (classes from `transformers_modules...`) and `synthesize_long` / `synthesize_dialogue` from the installed package,
+    with voices from the first chunk, from `model.encode_reference` and from voice files."""
+    from higgs_v3.tiny_higgs_v3 import make_tiny_random_model
+
+    repo = make_tiny_random_model(tmp_path / "repo")
+    save_audio(torch.sin(torch.arange(SR) / 5.0) * 0.3, tmp_path / "me.wav", SR)
+    script = textwrap.dedent('''
+        import sys
+        from transformers import AutoModel, AutoProcessor
+        from higgs_v3 import synthesize_dialogue, synthesize_long
+
+        repo, clip, voice_file = sys.argv[1:]
+        model = AutoModel.from_pretrained(repo, trust_remote_code=True)
+        processor = AutoProcessor.from_pretrained(repo, trust_remote_code=True)
+        assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
+        assert type(processor).__module__.startswith("transformers_modules"), type(processor).__module__
+        options = dict(max_chars=6, seed=0, max_seconds=0.12)
+        assert len(synthesize_long(model, processor, "One. Two. Three.", **options).chunks) == 3
+        voice = model.encode_reference(clip, text="What I say in it.")
+        voice.save(voice_file)
+        for reference in (voice, voice_file, clip):
+            synthesize_long(model, processor, "One. Two.", reference=reference, **options)
+        script = "[Ann] Hi.\\n[Bob] Hello.\\n[Ann] Bye."
+        result = synthesize_dialogue(model, processor, script, {"Ann": voice_file}, auto_voices=True, **options)
+        assert [chunk.speaker for chunk in result.chunks] == ["Ann", "Bob", "Ann"]
+        print("ok")
+    ''')
+    environment = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}
+    done = subprocess.run([sys.executable, "-c", script, str(repo), str(tmp_path / "me.wav"), str(tmp_path / "me.json")],
+                          capture_output=True, text=True, timeout=600, env=environment, cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]

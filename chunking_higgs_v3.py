@@ -1,0 +1,316 @@
+# Copyright 2026 the higgs-v3 authors. Licensed under the Apache License, Version 2.0.
+r"""The text side of long-form speech: a tag-aware sentence chunker and dialogue scripts (pure text; the synthesis is
+`longform_higgs_v3`'s).
+
+The model's quality drops on long inputs (fine up to about 500 characters, unreliable near 750, it can collapse near
+1000), so long text is spoken in chunks of a few hundred characters: `split_text` packs whole sentences
+(`split_sentences`) into chunks of at most `max_chars` spoken characters, cutting an over-long sentence at clauses,
+then spaces, then characters, and never inside or right after a `<|...|>` tag (`TAG_PATTERN`, the processor's).
+A dialogue script has one `[Name] text` line per turn (`parse_dialogue`).
+
+```python
+>>> split_text("First sentence. <|emotion:anger|>Second one! 第三句。", max_chars=20)
+['First sentence.', '<|emotion:anger|>Second one! 第三句。']
+
+```
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from .processing_higgs_v3 import TAG_PATTERN
+
+
+# =============================================================================================== the chunker
+DEFAULT_MAX_CHARS = 300
+
+# Closing quotes and brackets that belong to the sentence they end.
+_CLOSERS = "\"'”’»)]}」』）】》〉›"
+# End a sentence wherever they appear (no space follows them in CJK text).
+_ALWAYS_TERMINALS = "。！？｡।"
+# End a sentence when whitespace, a tag or the end of the text follows ("3.14" and "e.g.x" do not end one).
+_LATIN_TERMINALS = ".!?…"
+# Clause marks for splitting an over-long sentence: CJK ones anywhere, Latin ones before whitespace/tag/end.
+_ALWAYS_CLAUSE_MARKS = "，、；：—"
+_LATIN_CLAUSE_MARKS = ",;:"
+# Words that end with a period without ending the sentence (compared in lower case).
+_ABBREVIATIONS = frozenset({"mr", "mrs", "ms", "dr", "prof", "st", "jr", "sr", "vs", "e.g", "i.e", "cf", "approx"})
+
+SENTENCE, CLAUSE, SPACE, CHARACTER = 0, 1, 2, 3  # split levels, coarse to fine
+
+
+def spoken_length(text: str) -> int:
+    """The length the chunker measures: characters of `text` without control tags and without leading/trailing
+    whitespace (a tag is one token and is not spoken)."""
+    return len(TAG_PATTERN.sub("", text).strip())
+
+
+def _is_speakable(text: str) -> bool:
+    """Whether `text` has anything to say once tags are removed (a letter, digit or ideograph)."""
+    return any(character.isalnum() for character in TAG_PATTERN.sub("", text))
+
+
+class _Document:
+    """A text with its tags masked: `masked` has the same length as `text`, every tag character replaced by a mask
+    character that no boundary pattern matches, so boundaries are never found inside a tag."""
+
+    def __init__(self, text: str):
+        self.text = text
+        mask = "\ue000"
+        while mask in text:  # a private-use character the text does not contain
+            mask = chr(ord(mask) + 1)
+        self.mask = mask
+        self.tag_spans = [match.span() for match in TAG_PATTERN.finditer(text)]
+        masked = list(text)
+        inside = [False] * (len(text) + 1)  # inside[i]: a cut at i would split a tag
+        for start, end in self.tag_spans:
+            masked[start:end] = mask * (end - start)
+            for i in range(start + 1, end):
+                inside[i] = True
+        self.masked = "".join(masked)
+        self.inside = inside
+        # after_tag[i]: text[:i] ends with a tag once trailing whitespace is dropped (a cut there strands the tag).
+        after_tag, last = [False] * (len(text) + 1), False
+        for i, character in enumerate(self.masked):
+            if not character.isspace():
+                last = character == mask
+            after_tag[i + 1] = last
+        self.after_tag = after_tag
+        escaped_mask = re.escape(mask)
+        closers = re.escape(_CLOSERS)
+        follow = rf"(?=\s|{escaped_mask}|$)"
+        self.patterns = {
+            SENTENCE: re.compile(
+                rf"[{re.escape(_ALWAYS_TERMINALS)}][{closers}]*\s*"
+                rf"|[{re.escape(_LATIN_TERMINALS)}]+[{closers}]*{follow}\s*"
+                rf"|\s*\n\s*"
+            ),
+            CLAUSE: re.compile(
+                rf"[{re.escape(_ALWAYS_CLAUSE_MARKS)}]+[{closers}]*\s*"
+                rf"|[{re.escape(_LATIN_CLAUSE_MARKS)}]+[{closers}]*{follow}\s*"
+            ),
+            SPACE: re.compile(r"\s+"),
+        }
+
+    def _is_abbreviation(self, match: re.Match) -> bool:
+        """A single period after a known abbreviation or an initial ("Dr. Smith", "J. R. R. Tolkien")."""
+        if match.group(0).rstrip(_CLOSERS + " \t\r\n\f\v") != ".":
+            return False
+        word = re.search(r"(\w+(?:\.\w+)*)$", self.masked[max(0, match.start() - 32) : match.start()])
+        if word is None:
+            return False
+        word = word.group(1)
+        return word.lower() in _ABBREVIATIONS or (len(word) == 1 and word.isupper())
+
+    def _valid(self, cut: int, start: int, end: int) -> bool:
+        """A cut strictly inside `[start, end)`, not inside a tag, not right after a tag (tags go with what follows)
+        and not before a combining mark."""
+        return (
+            start < cut < end
+            and not self.inside[cut]
+            and not self.after_tag[cut]
+            and not unicodedata.combining(self.text[cut])
+        )
+
+    def cuts(self, start: int, end: int, level: int) -> list[int]:
+        """Positions in `(start, end)` where the span may be cut at `level`."""
+        if level == CHARACTER:
+            candidates = range(start + 1, end)
+        else:
+            candidates = (
+                match.end()
+                for match in self.patterns[level].finditer(self.masked, start, end)
+                if not (level == SENTENCE and self._is_abbreviation(match))
+            )
+        return [cut for cut in candidates if self._valid(cut, start, end)]
+
+    def split(self, start: int, end: int, level: int) -> list[tuple[int, int]]:
+        """`[start, end)` cut at every boundary of `level`. Above the character level, pieces with nothing to say are
+        merged into the next piece (the last one into the previous piece), so a lone tag or "..." never becomes its own
+        piece; single characters are left for `pack` to join (merging them could exceed the size limit)."""
+        bounds = [start, *self.cuts(start, end, level), end]
+        pieces = [(a, b) for a, b in zip(bounds, bounds[1:])]
+        if level == CHARACTER:
+            return pieces
+        merged: list[tuple[int, int]] = []
+        pending = None  # start of silent pieces waiting for the next piece
+        for a, b in pieces:
+            if pending is not None:
+                a, pending = pending, None
+            if _is_speakable(self.text[a:b]):
+                merged.append((a, b))
+            else:
+                pending = a
+        if pending is not None:
+            if merged:
+                merged[-1] = (merged[-1][0], end)
+            else:
+                merged.append((pending, end))
+        return merged
+
+    def length(self, start: int, end: int) -> int:
+        return spoken_length(self.text[start:end])
+
+    def pack(self, units: list[tuple[int, int]], max_chars: int) -> list[tuple[int, int]]:
+        """Greedily join consecutive units while the joined span stays within `max_chars`."""
+        packed: list[tuple[int, int]] = []
+        for start, end in units:
+            if packed and self.length(packed[-1][0], end) <= max_chars:
+                packed[-1] = (packed[-1][0], end)
+            else:
+                packed.append((start, end))
+        return packed
+
+    def fit(self, start: int, end: int, level: int, max_chars: int) -> list[tuple[int, int]]:
+        """Pieces of `[start, end)` within `max_chars`, cutting at `level` and finer levels only where needed."""
+        if self.length(start, end) <= max_chars or level > CHARACTER:
+            return [(start, end)]
+        parts = self.split(start, end, level)
+        if len(parts) == 1:
+            return self.fit(start, end, level + 1, max_chars)
+        units = [piece for a, b in parts for piece in self.fit(a, b, level + 1, max_chars)]
+        return self.pack(units, max_chars)
+
+
+def _check_max_chars(max_chars: int) -> None:
+    if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1:
+        raise ValueError(f"max_chars must be a positive number of characters, got {max_chars!r}.")
+
+
+def split_sentences(text: str) -> list[str]:
+    """Split `text` into sentences; `"".join(split_sentences(text)) == text` (whitespace stays with the sentence it
+    follows).
+
+    A sentence ends after `。！？｡।` (anywhere), after `.!?…` followed by whitespace, a tag or the end of the text (not
+    after an abbreviation such as "Dr." or an initial), with any closing quotes or brackets, and at line breaks.
+    Never inside a `<|...|>` tag, and never right after one: a tag at the start of a sentence stays with it. Pieces with
+    nothing to say (a lone tag, "...") join the next sentence.
+    """
+    document = _Document(text)
+    if not text:
+        return []
+    return [text[a:b] for a, b in document.split(0, len(text), SENTENCE)]
+
+
+def split_text(text: str, max_chars: int = DEFAULT_MAX_CHARS) -> list[str]:
+    r"""
+    Split `text` into chunks of at most `max_chars` spoken characters (`spoken_length`: tags and edge whitespace are
+    not counted), for one generation each.
+
+    Whole sentences (`split_sentences`) are packed greedily into chunks. A sentence longer than `max_chars` is cut at
+    clause marks (`, ; :` before a space, `，、；：—` anywhere), a clause still too long at spaces, and a word still
+    too long (CJK text without punctuation) between characters. No cut is ever made inside a `<|...|>` tag or right
+    after one, so every chunk but the last starts its tags with the text they apply to. Chunks are stripped of edge
+    whitespace; joined, they give back `text` up to whitespace.
+
+    Args:
+        text: the text, with inline control tags if any.
+        max_chars (`int`, defaults to 300): the largest chunk, in spoken characters.
+
+    Returns:
+        `list[str]`: the chunks in order (empty for a text that is only whitespace).
+    """
+    _check_max_chars(max_chars)
+    if not text.strip():
+        return []
+    document = _Document(text)
+    units = [
+        piece
+        for start, end in document.split(0, len(text), SENTENCE)
+        for piece in document.fit(start, end, CLAUSE, max_chars)
+    ]
+    chunks = [text[a:b].strip() for a, b in document.pack(units, max_chars)]
+    return [chunk for chunk in chunks if chunk]
+
+
+# =============================================================================================== dialogue scripts
+_SPEAKER_LINE = re.compile(r"^\s*\[([^\[\]\n]+)\]\s*(.*)$")
+
+
+@dataclass
+class DialogueLine:
+    """One line of a dialogue script: who speaks, what, and where it was in the script (1-based line number)."""
+
+    speaker: str
+    text: str
+    line_number: int
+
+
+def parse_dialogue(script: str | Sequence[DialogueLine] | Sequence[tuple[str, str]]) -> list[DialogueLine]:
+    r"""
+    Parse a dialogue script: one `[Name] text` per line. Blank lines are skipped; a line without `[Name]` continues the
+    previous speaker's line (joined with a space). `DialogueLine`s or `(speaker, text)` pairs are taken as they are.
+
+    >>> [(line.speaker, line.text) for line in parse_dialogue("[Ann] Hi there.\n[Bob] Hello!\nHow are you?")]
+    [('Ann', 'Hi there.'), ('Bob', 'Hello! How are you?')]
+    """
+    if isinstance(script, str):
+        lines = _parse_script(script)
+    else:
+        lines = [line if isinstance(line, DialogueLine) else DialogueLine(str(line[0]), line[1], number)
+                 for number, line in enumerate(script, start=1)]
+    if not lines:
+        raise ValueError("The dialogue script is empty; write one '[Name] text' line per turn.")
+    return lines
+
+
+def _parse_script(script: str) -> list[DialogueLine]:
+    lines: list[DialogueLine] = []
+    for number, raw in enumerate(script.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        match = _SPEAKER_LINE.match(raw)
+        if match is None:
+            if not lines:
+                raise ValueError(
+                    f"Dialogue line {number} ({raw.strip()[:40]!r}) has no speaker; every line of a dialogue script starts "
+                    "with [Name], e.g. '[Alice] Hello there.'"
+                )
+            lines[-1].text = f"{lines[-1].text} {raw.strip()}".strip()
+            continue
+        speaker, text = match.group(1).strip(), match.group(2).strip()
+        if not speaker:
+            raise ValueError(f"Dialogue line {number} has an empty speaker name in brackets; write [Name] text.")
+        lines.append(DialogueLine(speaker=speaker, text=text, line_number=number))
+    for line in lines:
+        if not line.text:
+            raise ValueError(f"Dialogue line {line.line_number} ([{line.speaker}]) has no text; there is nothing to speak.")
+    return lines
+
+
+def check_dialogue_voices(lines: Sequence, voices: Mapping[str, object], auto_voices: bool) -> list[str]:
+    """Check that every voice belongs to a speaker and, unless `auto_voices`, that every speaker has a voice. `lines`
+    are `DialogueLine`s (or anything with `speaker` and `line_number`). Returns the speakers without a voice, in order
+    of appearance."""
+    speakers = list(dict.fromkeys(line.speaker for line in lines))
+    unknown = [name for name in voices if name not in speakers]
+    if unknown:
+        raise ValueError(
+            f"Voices were given for {', '.join(map(repr, unknown))}, who never speak; the script's speakers are "
+            f"{', '.join(map(repr, speakers))}."
+        )
+    missing = [name for name in speakers if name not in voices]
+    if missing and not auto_voices:
+        first = next(line for line in lines if line.speaker == missing[0])
+        raise ValueError(
+            f"Speaker {missing[0]!r} (line {first.line_number}) has no voice; give one per speaker (e.g. "
+            f"--voice {missing[0]}=clip.wav:transcript, or a saved voice file), or let each voiceless speaker's first "
+            f"line make their voice (auto_voices=True / --auto-voices). Speakers without a voice: "
+            f"{', '.join(map(repr, missing))}."
+        )
+    return missing
+
+
+__all__ = [
+    "DEFAULT_MAX_CHARS",
+    "DialogueLine",
+    "check_dialogue_voices",
+    "parse_dialogue",
+    "split_sentences",
+    "split_text",
+    "spoken_length",
+]

@@ -1,0 +1,212 @@
+# Copyright 2026 the higgs-v3 authors. Licensed under the Apache License, Version 2.0.
+r"""What a model name means, and loading it: the command line's `--model`.
+
+A name is `tiny-random` (a tiny randomly initialised model built once from `tiny_higgs_v3` into
+`$HIGGS_V3_CACHE/tiny-random`, default `$HF_HOME/higgs_v3/tiny-random`, so the commands run with no download), a
+folder with a converted checkpoint, a folder with an original one (converted once into the converter's cache), or a
+Hub repo id (downloaded; converted once when it holds the original format). Only the standard library is imported at
+module level: torch and transformers come with the first model actually loaded. A name that means nothing raises a
+`ValueError` that says what is accepted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+from .original_format_higgs_v3 import ORIGINAL_MODEL_TYPE as _ORIGINAL_MODEL_TYPE  # standard library only
+
+
+DEFAULT_MODEL = "bosonai/higgs-audio-v3-tts-4b"
+TINY_RANDOM = "tiny-random"
+# The random demo model never ends its speech by itself, so its generation config caps a chunk at 3 s of audio.
+TINY_RANDOM_MAX_SECONDS = 3
+
+
+# ------------------------------------------------------------------------------------------------- the tiny random model
+def cache_dir() -> Path:
+    """`$HIGGS_V3_CACHE`, else `$HF_HOME/higgs_v3` (next to the converter's cache)."""
+    if os.environ.get("HIGGS_V3_CACHE"):
+        return Path(os.environ["HIGGS_V3_CACHE"]).expanduser()
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HOME) / "higgs_v3"
+
+
+def tiny_random_dir() -> Path:
+    """Where `--model tiny-random` lives: `$HIGGS_V3_TINY_RANDOM`, else `cache_dir() / "tiny-random"`."""
+    if os.environ.get("HIGGS_V3_TINY_RANDOM"):
+        return Path(os.environ["HIGGS_V3_TINY_RANDOM"]).expanduser()
+    return cache_dir() / TINY_RANDOM
+
+
+def _tiny_fingerprint(seed: int) -> str:
+    """A hash of the seed, the demo limit and every module of this package: a code change rebuilds the model."""
+    digest = hashlib.sha256(f"seed={seed}|max_seconds={TINY_RANDOM_MAX_SECONDS}".encode())
+    for path in sorted(Path(__file__).resolve().parent.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def write_tiny_random(directory: str | os.PathLike, seed: int = 0, with_codec: bool = True) -> Path:
+    """`tiny_higgs_v3.make_tiny_random_model` plus a demo generation config: at most `TINY_RANDOM_MAX_SECONDS` of
+    audio per generation (random weights never emit the end of speech)."""
+    from transformers import GenerationConfig
+
+    from .configuration_higgs_v3 import HiggsAudioV3Config
+    from .tiny_higgs_v3 import make_tiny_random_model
+
+    directory = make_tiny_random_model(directory, seed=seed, with_codec=with_codec)
+    generation_config = GenerationConfig.from_pretrained(directory)
+    spec = HiggsAudioV3Config.from_pretrained(directory).audio_spec
+    generation_config.max_new_tokens = spec.rows_for_seconds(TINY_RANDOM_MAX_SECONDS)
+    generation_config.save_pretrained(directory)
+    return Path(directory)
+
+
+def ensure_tiny_random(log=None) -> Path:
+    """The tiny random demo model, built once into `tiny_random_dir()` (rebuilt when this package's code changed).
+    Built in a temporary sibling folder and renamed into place, so concurrent runs never see half a model."""
+    target = tiny_random_dir()
+    stamp_name = ".higgs_v3_tiny_random"
+    fingerprint = _tiny_fingerprint(seed=0)
+    stamp = target / stamp_name
+    if stamp.is_file() and stamp.read_text().strip() == fingerprint:
+        return target
+    if log is not None:
+        log(f"Building the tiny random demo model in {target} (once; a few seconds)...")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    scratch = target.parent / f".{target.name}.tmp-{os.getpid()}"
+    shutil.rmtree(scratch, ignore_errors=True)
+    try:
+        write_tiny_random(scratch, seed=0)
+        (scratch / stamp_name).write_text(fingerprint + "\n")
+        if target.exists():
+            old = target.parent / f".{target.name}.old-{os.getpid()}"
+            try:
+                target.rename(old)
+            except OSError:
+                old = None
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+        try:
+            scratch.rename(target)
+        except OSError:  # another process put its model in place first
+            if not (stamp.is_file() and stamp.read_text().strip() == fingerprint):
+                raise
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return target
+
+
+# ------------------------------------------------------------------------------------------------- model names
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise ValueError(f"Could not read {str(path)!r} ({error}).") from error
+
+
+def resolve_model(name: str, log=None) -> Path:
+    """A folder with a converted checkpoint for `name`: 'tiny-random', a converted or original folder (an original
+    one is converted once into the converter's cache), or a Hub repo id (downloaded, converted when original)."""
+    if name == TINY_RANDOM:
+        return ensure_tiny_random(log)
+    path = Path(name).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise ValueError(f"Model {name!r} is a file; give a folder with a checkpoint (config.json), a Hub repo id or "
+                           f"{TINY_RANDOM!r}.")
+        if not (path / "config.json").is_file():
+            raise ValueError(f"Model folder {name!r} has no config.json; give a folder with a converted or original Higgs "
+                           "Audio v3 checkpoint.")
+        if _read_json(path / "config.json").get("model_type") == _ORIGINAL_MODEL_TYPE:
+            return _convert_original(str(path), log)
+        return path
+    if not _HUB_ID.match(name):
+        raise ValueError(f"Unknown model {name!r}: it is not {TINY_RANDOM!r}, an existing folder, or a Hub repo id "
+                       "(owner/name).")
+    try:
+        from huggingface_hub import hf_hub_download
+
+        config_path = Path(hf_hub_download(name, "config.json"))
+    except Exception as error:  # offline, unknown repo, no access: all mean the same to the user
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ValueError(f"Unknown model {name!r}: not {TINY_RANDOM!r} nor a local folder, and the Hub repo could not be "
+                       f"reached ({reason}).") from error
+    if _read_json(config_path).get("model_type") == _ORIGINAL_MODEL_TYPE:
+        return _convert_original(name, log)
+    from huggingface_hub import snapshot_download
+
+    return Path(snapshot_download(name))
+
+
+def _convert_original(name: str, log) -> Path:
+    from .convert_checkpoint import converted_path
+
+    if log is not None:
+        log(f"{name} is an original checkpoint: converting it once into the local cache (this takes a while)...")
+    return converted_path(name)
+
+
+def _device(name: str):
+    import torch
+
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    try:
+        device = torch.device(name)
+    except (RuntimeError, ValueError) as error:
+        raise ValueError(f"Unknown device {name!r}; use auto, cpu, cuda, cuda:N or mps.") from error
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"Device {name!r} was asked for but CUDA is not available; use --device cpu.")
+    if device.type == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise ValueError(f"Device {name!r} was asked for but MPS is not available; use --device cpu.")
+    return device
+
+
+def load_processor(path: Path):
+    from .processing_higgs_v3 import HiggsAudioV3Processor
+
+    if (path / "processor_config.json").is_file():
+        return HiggsAudioV3Processor.from_pretrained(str(path), trust_remote_code=False)
+    from transformers import AutoTokenizer
+
+    from .configuration_higgs_v3 import HiggsAudioV3Config
+
+    tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
+    return HiggsAudioV3Processor.from_model_config(tokenizer, HiggsAudioV3Config.from_pretrained(str(path)))
+
+
+def load_model(path: Path, device: str, dtype: str):
+    """The installed package's model class (no remote code is run) on `device`."""
+    from .modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
+
+    target = _device(device)
+    model = HiggsAudioV3ForConditionalGeneration.from_pretrained(str(path), dtype=dtype)
+    return model.to(target).eval()
+
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "TINY_RANDOM",
+    "TINY_RANDOM_MAX_SECONDS",
+    "cache_dir",
+    "ensure_tiny_random",
+    "load_model",
+    "load_processor",
+    "resolve_model",
+    "tiny_random_dir",
+    "write_tiny_random",
+]
