@@ -1,4 +1,6 @@
-"""The benchmark scripts: the shared harness (exact values) and the tiny path of every script through `main(argv)`."""
+"""The benchmark scripts: the shared harness (exact values), the scripts' bookkeeping and the counts they report next
+to their timings, on tiny inputs and without timing (unit layer); the tiny path of every script through `main(argv)`,
+timings included, is the integration layer (`-m integration`)."""
 
 from __future__ import annotations
 
@@ -209,7 +211,54 @@ def test_qwen3_baseline_with_an_end_of_text_id_runs_its_full_length(tiny_pair):
         assert with_eos.calls > without.calls
 
 
+def test_host_reads_per_step_ours_adds_none_v2_adds_one(tiny_pair, stock_reads):
+    """The deterministic counts that bench_decode and bench_v2 report next to their timings, without the timings:
+    our decode step reads the host no more often than transformers' stock loop (greedy at batch 2, sampling at batch
+    1), the v2 port's forked loop once more."""
+    ours, _ = tiny_pair
+    for batch, mode in ((2, "greedy"), (1, "sampling")):
+        inputs = H.ours_prompt(ours.config, batch, 16)
+        counts = H.calls_per_step(lambda rows, inputs=inputs, mode=mode: H.run_ours(ours, inputs, rows, mode), 9, 13)
+        assert counts["host_reads"] == stock_reads, (batch, mode)
+    v2 = H.build_v2(ours)
+    ids = H.text_prompt(1, 8, vocab=v2.config.vocab_size, last=v2.config.audio_bos_token_id)
+    assert H.calls_per_step(lambda rows: H.run_v2(v2, ids, rows, "greedy"), 9, 13)["host_reads"] == stock_reads + 1
+
+
+def test_script_bookkeeping():
+    """The scripts' pure parts: cases, groups, per-stream arithmetic and verdicts, rows for time to first audio."""
+    decode = script("bench_decode")
+
+    def ms(value: float) -> dict:
+        return {"median": value}
+
+    results = [
+        {"width": "tiny", "dtype": "fp32", "batch": 1, "mode": "greedy", "ours_ms": ms(2.0)},
+        {"width": "tiny", "dtype": "fp32", "batch": 4, "mode": "greedy", "ours_ms": ms(4.0)},
+        {"width": "tiny", "dtype": "fp32", "batch": 4, "mode": "sampling", "ours_ms": ms(9.0)},  # no batch-1 pair
+        {"width": "real", "dtype": "bf16", "batch": 1, "mode": "greedy", "ours_ms": ms(10.0)},
+        {"width": "real", "dtype": "bf16", "batch": 16, "mode": "greedy", "ours_ms": ms(40.0)},
+    ]
+    assert decode.per_stream(results) == [
+        {"width": "tiny", "dtype": "fp32", "batch": 4, "per_stream_vs_batch1": 0.5, "target": None, "verdict": None},
+        {"width": "real", "dtype": "bf16", "batch": 16, "per_stream_vs_batch1": 0.25, "target": 0.2,
+         "verdict": "MISSED"},
+    ]
+    args = decode.parse_args(["--width", "both", "--dtype", "both"])
+    assert decode.model_groups(args) == [("tiny", "fp32"), ("real", "bf16"), ("real", "fp32")]
+    v2 = script("bench_v2")
+    assert v2.cases(v2.parse_args(["--width", "tiny", "--batch", "1", "2"])) == [
+        ("tiny", "fp32", 1, "greedy"), ("tiny", "fp32", 1, "sampling"), ("tiny", "fp32", 2, "greedy")]
+    compile_bench = script("bench_compile")
+    assert compile_bench.cases(compile_bench.parse_args(["--width", "both"])) == [
+        ("tiny", "fp32", 1), ("real", "bf16", 1), ("real", "bf16", 16)]
+    assert set(compile_bench.variant_options(compile_bench.compile_config("eager"))) == {"dynamic", "static",
+                                                                                         "static+compile"}
+    assert script("gpu_benchmark").ttfa_rows(10, 12, 8) == 31  # 10 frames + 12 context + 8 codebooks + 1
+
+
 # ---------------------------------------------------------------------------------------------- scripts
+@pytest.mark.integration
 def test_bench_decode_tiny(tmp_path, stock_reads):
     data = run_script("bench_decode", ["--width", "tiny", "--batch", "1", "2", "--mode", "greedy", "--rounds", "1",
                                        "--long", "11"], tmp_path)
@@ -229,15 +278,20 @@ def test_bench_decode_tiny(tmp_path, stock_reads):
     assert stream["per_stream_vs_batch1"] == results[1]["ours_ms"]["median"] / 2 / first["ours_ms"]["median"]
 
 
-def test_bench_decode_diff_method_and_bad_options(tmp_path, capsys):
+@pytest.mark.integration
+def test_bench_decode_diff_method(tmp_path):
     data = run_script("bench_decode", ["--width", "tiny", "--batch", "1", "--mode", "sampling", "--rounds", "1",
                                        "--method", "diff", "--short", "8", "--long", "11", "--no-plot"], tmp_path)
     assert data["results"][0]["mode"] == "sampling" and data["results"][0]["target"] == 1.20
+
+
+def test_bench_decode_bad_options(capsys):
     with pytest.raises(SystemExit):
         script("bench_decode").main(["--short", "8", "--long", "9"])
     assert "--long (9) must exceed --short (8) by at least 2." in capsys.readouterr().err
 
 
+@pytest.mark.integration
 def test_bench_v2_tiny(tmp_path, stock_reads):
     data = run_script("bench_v2", ["--width", "tiny", "--batch", "1", "--mode", "greedy", "--rounds", "1",
                                    "--rows", "11"], tmp_path)
@@ -247,6 +301,7 @@ def test_bench_v2_tiny(tmp_path, stock_reads):
     assert result["calls_per_step"]["v2"]["host_reads"] == stock_reads + 1  # its forked loop also reads a mask
 
 
+@pytest.mark.integration
 def test_bench_compile_tiny(tmp_path):
     data = run_script("bench_compile", ["--width", "tiny", "--backend", "eager", "--rounds", "1", "--rows", "11",
                                         "--check-rows", "10"], tmp_path)
@@ -255,6 +310,7 @@ def test_bench_compile_tiny(tmp_path):
     assert result["agreement"]["identical"] and result["speedup_vs_dynamic"]["dynamic"]["median"] == 1.0
 
 
+@pytest.mark.integration
 def test_bench_prompt_tiny(tmp_path):
     data = run_script("bench_prompt", ["--width", "tiny", "--lengths", "16", "32", "--rounds", "1", "--rows", "11"],
                       tmp_path)
@@ -262,6 +318,7 @@ def test_bench_prompt_tiny(tmp_path):
     assert set(data["results"][0]["prefill_ms"]) == {"ours (text prompt)", "ours (clone prompt)", "qwen3"}
 
 
+@pytest.mark.integration
 def test_bench_codec_tiny(tmp_path):
     data = run_script("bench_codec", ["--tiny", "--seconds", "0.2", "0.4", "--rounds", "1"], tmp_path)
     first = data["results"][0]
@@ -270,6 +327,7 @@ def test_bench_codec_tiny(tmp_path):
     assert first["decode_rtf"]["median"] == pytest.approx(first["decode_s"]["median"] / 0.2)
 
 
+@pytest.mark.integration
 def test_bench_cpu_threads_small(tmp_path):
     data = run_script("bench_cpu_threads", ["--reps", "1", "--rounds", "1", "--batch", "1", "--thread-counts", "1",
                                             "--in-features", "64", "--out-features", "128", "--busy", "0", "1"], tmp_path)
@@ -277,6 +335,7 @@ def test_bench_cpu_threads_small(tmp_path):
     assert result["weight_GBps"] == pytest.approx(64 * 128 * 4 / (result["ms"]["median"] / 1e3) / 1e9)
 
 
+@pytest.mark.integration
 def test_gpu_benchmark_tiny_path(tmp_path, stock_reads):
     data = run_script("gpu_benchmark", ["--tiny", "--device", "cpu", "--backend", "eager", "--rounds", "1",
                                         "--rows", "11", "--check-rows", "10", "--e2e-rows", "11", "--batches", "2",
@@ -309,7 +368,6 @@ def test_bench_instructions_parts(tmp_path, monkeypatch, capsys):
     """The child run, the valgrind output parser, the per-step arithmetic and the report, with valgrind replaced by
     fixed counts (the real counts take minutes under valgrind)."""
     bench = script("bench_instructions")
-    assert bench.main(["--child", "ours", "13"]) == 0  # the measured process: builds, warms up, generates 13 rows
     with pytest.raises(ValueError, match="variant must be one of"):
         bench.run_child("gpt", 13)
     assert bench.parse_collected("==1== Events    : Ir\n==1== Collected : 19361328904\n") == 19361328904
@@ -331,3 +389,9 @@ def test_bench_instructions_parts(tmp_path, monkeypatch, capsys):
     assert "valgrind is not installed" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         bench.main(["--short", "9", "--long", "9"])
+
+
+@pytest.mark.integration
+def test_bench_instructions_child_run():
+    """The process valgrind measures: builds, warms up, generates 13 rows."""
+    assert script("bench_instructions").main(["--child", "ours", "13"]) == 0

@@ -1,0 +1,180 @@
+"""The module layering of `docs/ARCHITECTURE.md`, read off the source: which module may import which (at module level
+or inside a function), no import circle, test fixtures never imported by the product, and the remote code of a Hub
+repo self-contained. The table below is the one in `docs/ARCHITECTURE.md`; a change to either must change both."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from higgs_v3.configuration_higgs_v3 import AUTO_MAP
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# module -> the package modules it may import (relative imports, anywhere in the file).
+MAY_IMPORT: dict[str, set[str]] = {
+    "compat_higgs_v3": set(),
+    "delay_higgs_v3": set(),
+    "codec_higgs_v3": set(),
+    "configuration_higgs_v3": {"delay_higgs_v3"},
+    "audio_io_higgs_v3": {"codec_higgs_v3"},
+    "streaming_higgs_v3": {"delay_higgs_v3"},
+    "sampling_higgs_v3": set(),
+    "generation_higgs_v3": {"delay_higgs_v3", "sampling_higgs_v3"},
+    "modeling_higgs_v3": {
+        "audio_io_higgs_v3", "codec_higgs_v3", "compat_higgs_v3", "configuration_higgs_v3", "delay_higgs_v3",
+        "generation_higgs_v3", "sampling_higgs_v3", "streaming_higgs_v3",
+    },
+    "processing_higgs_v3": {"audio_io_higgs_v3", "codec_higgs_v3", "delay_higgs_v3"},
+    "chunking_higgs_v3": {"processing_higgs_v3"},
+    "original_format_higgs_v3": {"configuration_higgs_v3"},
+    "verification_higgs_v3": {"configuration_higgs_v3", "original_format_higgs_v3"},
+    "converted_repo_higgs_v3": {
+        "configuration_higgs_v3", "generation_higgs_v3", "original_format_higgs_v3", "processing_higgs_v3",
+    },
+    "convert_checkpoint": {
+        "codec_higgs_v3", "configuration_higgs_v3", "converted_repo_higgs_v3", "modeling_higgs_v3",
+        "original_format_higgs_v3", "verification_higgs_v3",
+    },
+    "longform_higgs_v3": {
+        "audio_io_higgs_v3", "chunking_higgs_v3", "delay_higgs_v3", "generation_higgs_v3", "modeling_higgs_v3",
+        "processing_higgs_v3", "sampling_higgs_v3", "streaming_higgs_v3",
+    },
+    "model_sources_higgs_v3": {
+        "configuration_higgs_v3", "convert_checkpoint", "modeling_higgs_v3", "original_format_higgs_v3",
+        "processing_higgs_v3",
+        "tiny_higgs_v3",  # only inside the tiny-random demo model's builder, see below
+    },
+    "cli_higgs_v3": {
+        "audio_io_higgs_v3", "chunking_higgs_v3", "convert_checkpoint", "generation_higgs_v3", "longform_higgs_v3",
+        "model_sources_higgs_v3", "processing_higgs_v3", "sampling_higgs_v3",
+        "tiny_higgs_v3",  # only inside the demo command `make-tiny --original`, see below
+    },
+    # The test fixtures import the product, never the other way round.
+    "tiny_higgs_v3": {
+        "codec_higgs_v3", "configuration_higgs_v3", "convert_checkpoint", "converted_repo_higgs_v3",
+        "generation_higgs_v3", "modeling_higgs_v3", "original_format_higgs_v3", "processing_higgs_v3",
+    },
+}
+# The remote code of a converted Hub repo: the modules `auto_map` names and everything they import.
+REMOTE_CODE = {
+    "configuration_higgs_v3", "modeling_higgs_v3", "processing_higgs_v3", "audio_io_higgs_v3", "codec_higgs_v3",
+    "compat_higgs_v3", "delay_higgs_v3", "generation_higgs_v3", "sampling_higgs_v3", "streaming_higgs_v3",
+}
+
+
+def package_modules() -> list[str]:
+    return sorted(p.stem for p in ROOT.glob("*.py") if p.stem != "__init__")
+
+
+def relative_imports(module: str) -> dict[str, list[int]]:
+    """`{imported module: [line, ...]}` for every `from .x import ...` / `from . import x` in `module`."""
+    tree = ast.parse((ROOT / f"{module}.py").read_text(encoding="utf-8"))
+    found: dict[str, list[int]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            names = [node.module] if node.module else [alias.name for alias in node.names]
+            for name in names:
+                found.setdefault(name.split(".")[0], []).append(node.lineno)
+    return found
+
+
+def module_level_imports(module: str) -> set[str]:
+    tree = ast.parse((ROOT / f"{module}.py").read_text(encoding="utf-8"))
+    found = set()
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            found.update([node.module] if node.module else [alias.name for alias in node.names])
+    return found
+
+
+def test_every_module_is_in_the_table():
+    assert set(package_modules()) == set(MAY_IMPORT), "a new module must be placed in the table (and the doc)"
+
+
+@pytest.mark.parametrize("module", sorted(MAY_IMPORT))
+def test_imports_follow_the_table(module):
+    imported = relative_imports(module)
+    unexpected = {name: lines for name, lines in imported.items() if name not in MAY_IMPORT[module]}
+    assert not unexpected, f"{module} imports {unexpected} (line numbers), outside its row of MAY_IMPORT"
+
+
+def test_no_import_circle():
+    graph = {module: set(relative_imports(module)) & set(MAY_IMPORT) for module in MAY_IMPORT}
+    visiting, done = set(), set()
+
+    def visit(module, path):
+        assert module not in visiting, f"import circle: {' -> '.join(path + [module])}"
+        if module in done:
+            return
+        visiting.add(module)
+        for target in sorted(graph[module]):
+            visit(target, path + [module])
+        visiting.discard(module)
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module, [])
+
+
+def test_fixtures_are_imported_by_the_demo_commands_only():
+    """`tiny_higgs_v3` (test fixtures) is imported by no product module, except lazily inside the command line's demo
+    commands (`make-tiny`, and the `tiny-random` model that `model_sources_higgs_v3` builds)."""
+    demo = ("cli_higgs_v3", "model_sources_higgs_v3")
+    for module in MAY_IMPORT:
+        if module == "tiny_higgs_v3" or module in demo:
+            continue
+        assert "tiny_higgs_v3" not in relative_imports(module), module
+    for module in demo:
+        assert "tiny_higgs_v3" not in module_level_imports(module), module
+
+
+def test_remote_code_is_closed_and_its_entry_modules_import_their_chain_directly():
+    """The Hub copy needs nothing else: the remote-code modules import only each other; and every module an entry
+    module (one `auto_map` names) needs is imported by it directly, since transformers 5.5 copies only an entry
+    module's direct relative imports when it loads a local folder."""
+    for module in REMOTE_CODE:
+        assert set(relative_imports(module)) <= REMOTE_CODE, module
+
+    def closure(module, seen):
+        for target in relative_imports(module):
+            if target not in seen:
+                seen.add(target)
+                closure(target, seen)
+        return seen
+
+    for entry in ("configuration_higgs_v3", "modeling_higgs_v3", "processing_higgs_v3"):
+        assert closure(entry, set()) - {entry} <= module_level_imports(entry), entry
+    assert {reference.split(".")[0] for reference in AUTO_MAP.values()} <= REMOTE_CODE
+
+
+def test_the_architecture_doc_lists_every_module():
+    doc = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    for module in package_modules():
+        assert re.search(rf"`{module}(\.py)?`", doc), f"docs/ARCHITECTURE.md does not describe {module}"
+
+
+@pytest.mark.integration
+def test_each_shipped_module_imports_alone_in_a_fresh_process():
+    """Each module imports on its own (no hidden order dependence) and pulls in neither the fixtures nor the
+    converter unless its table row allows it."""
+    script = (
+        "import importlib, sys\n"
+        "module = sys.argv[1]\n"
+        "importlib.import_module('higgs_v3.' + module)\n"
+        "print(' '.join(sorted(m.split('.')[-1] for m in sys.modules if m.startswith('higgs_v3.'))))\n"
+    )
+    for module in sorted(MAY_IMPORT):
+        done = subprocess.run([sys.executable, "-c", script, module], capture_output=True, text=True, cwd=ROOT.parent)
+        assert done.returncode == 0, f"{module}: {done.stderr[-2000:]}"
+        loaded = set(done.stdout.split()) - {module}
+        if module != "tiny_higgs_v3":
+            assert "tiny_higgs_v3" not in loaded, module
+        if module in REMOTE_CODE:
+            assert loaded <= REMOTE_CODE, f"{module} loads {sorted(loaded - REMOTE_CODE)}"
