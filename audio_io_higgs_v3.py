@@ -31,6 +31,10 @@ except ImportError:  # pragma: no cover - soundfile is an install requirement; t
     soundfile = None
 
 from .codec_higgs_v3 import resample_audio
+from .delay_higgs_v3 import HiggsAudioV3AudioSpec
+
+
+_RATES = HiggsAudioV3AudioSpec()  # the default sampling and frame rates, from their one home
 
 
 logger = logging.get_logger(__name__)
@@ -101,7 +105,7 @@ def _to_channels_first(samples: np.ndarray) -> np.ndarray:
 def prepare_reference_waveform(
     audio: AudioLike,
     sampling_rate: int | None = None,
-    target_sampling_rate: int = 24000,
+    target_sampling_rate: int = _RATES.sampling_rate,
     min_seconds: float = MIN_REFERENCE_SECONDS,
     max_seconds: float = MAX_REFERENCE_SECONDS,
 ) -> torch.FloatTensor:
@@ -181,7 +185,7 @@ def prepare_reference_waveform(
 
 
 # ------------------------------------------------------------------------------------------------------------ output
-def save_audio(waveform: np.ndarray | torch.Tensor, path: str | os.PathLike, sampling_rate: int = 24000) -> Path:
+def save_audio(waveform: np.ndarray | torch.Tensor, path: str | os.PathLike, sampling_rate: int = _RATES.sampling_rate) -> Path:
     """Write a mono waveform (`[N]` or `[1, N]`, float in [-1, 1]) to `path`; the format follows the extension
     (`.wav` is written as 16-bit PCM, `.flac`, `.ogg`, ...). Returns the path."""
     if soundfile is None:
@@ -229,8 +233,8 @@ class HiggsAudioV3Voice:
 
     codes: torch.LongTensor
     text: str | None = None
-    sampling_rate: int = 24000
-    frame_rate: int = 25
+    sampling_rate: int = _RATES.sampling_rate
+    frame_rate: int = _RATES.frame_rate
     # The format marker that `from_any` recognises: the same class imported twice (the installed `higgs_v3` package and
     # a Hub repo's remote code `transformers_modules....`) is two classes, so voices are checked by contract, not type.
     voice_format: ClassVar[str] = VOICE_FORMAT
@@ -346,8 +350,8 @@ class HiggsAudioV3Voice:
                 "format": metadata.get("format"),
                 "version": metadata.get("version"),
                 "text": json.loads(metadata["text"]) if "text" in metadata else None,
-                "sampling_rate": metadata.get("sampling_rate", 24000),
-                "frame_rate": metadata.get("frame_rate", 25),
+                "sampling_rate": metadata.get("sampling_rate", _RATES.sampling_rate),
+                "frame_rate": metadata.get("frame_rate", _RATES.frame_rate),
             }
         elif suffix == ".json":
             record = json.loads(path.read_text(encoding="utf-8"))

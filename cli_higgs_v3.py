@@ -160,7 +160,7 @@ def _add_speak_parser(commands) -> None:
     long_form = speak.add_argument_group("long text")
     # Unset long-text options take the library's defaults (`longform_higgs_v3`); the help states them.
     long_form.add_argument("--max-seconds", type=_positive("--max-seconds"),
-                           help="limit of audio per chunk (default: the model's generation config; 81.9 s for the "
+                           help="limit of audio per chunk (default: the model's generation config; about 82 s for the "
                            f"real model, {TINY_RANDOM_MAX_SECONDS} s for tiny-random)")
     long_form.add_argument("--max-chars", type=_positive("--max-chars", int),
                            help="largest chunk in characters, tags not counted (default 300)")

@@ -95,6 +95,9 @@ class HiggsAudioV3ResidualVectorQuantization(XcodecResidualVectorQuantization):
         self.quantizers = nn.ModuleList([HiggsAudioV3VectorQuantization(config) for _ in range(config.num_quantizers)])
 
 
+# *** end Higgs Audio v2 specific ***
+
+
 class HiggsAudioV3Codec(XcodecModel):
     r"""
     The Higgs Audio v2 tokenizer: 24 kHz mono audio <-> `num_quantizers` (8) codes per frame at 25 frames per second.
@@ -143,6 +146,7 @@ class HiggsAudioV3Codec(XcodecModel):
         # initializes only the new modules (the others are already marked initialized).
         self.quantizer = HiggsAudioV3ResidualVectorQuantization(config)
         self.post_init()
+        # *** end Higgs Audio v2 specific ***
 
     @classmethod
     def from_codec_config(cls, codec_config: dict) -> HiggsAudioV3Codec:
@@ -184,6 +188,7 @@ class HiggsAudioV3Codec(XcodecModel):
         # *** Higgs Audio v3 specific *** soxr instead of torchaudio for the resample; the rest as transformers'
         # `HiggsAudioV2TokenizerModel._extract_semantic_features`.
         input_values = resample_audio(input_values, self.config.sample_rate, self.config.semantic_sample_rate)
+        # *** end Higgs Audio v3 specific ***
         input_values = input_values[:, 0, :]  # [B, M] at 16 kHz
         half_hop = self.config.downsample_factor // 2  # 160: half a HuBERT hop on each side, as transformers does
         input_values = F.pad(input_values, (half_hop, half_hop))  # [B, M + 320]
@@ -248,7 +253,9 @@ class HiggsAudioV3Codec(XcodecModel):
         waveform per sequence, `code_lengths[i] * hop_length` samples, on the codes' device.
 
         Each sequence is decoded at its own length (the decoder's convolutions are not causal, so padding would change
-        its last samples); sequences of equal length are decoded together in one call.
+        its last samples); sequences of equal length are decoded together in one call. So a waveform equals its
+        sequence decoded alone up to float rounding (a batched convolution may sum in another order), and the decode's
+        memory grows with the number of equal-length sequences.
         """
         lengths = [codes.shape[1]] * codes.shape[0] if code_lengths is None else [int(n) for n in code_lengths]
         device = self.fc.weight.device

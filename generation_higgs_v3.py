@@ -183,8 +183,8 @@ class HiggsAudioV3StoppingCriteria(StoppingCriteria):
     that row is at least `C`. So each step looks back `C - 2` rows at one column of `input_ids` and ORs the result into
     `ended` (`[batch, C]`, every codebook of a sequence alike); `done` is its flat `[batch * C]` view, the layout of
     the stock loop's rows. Three tensor ops per step (slice, compare, in-place or), no countdown to keep; `generate`
-    reads lengths and `finished` off the returned rows with `delay_higgs_v3`'s functions, as the processor and the
-    streamers do.
+    reads lengths and `finished` off the returned rows with `delay_higgs_v3`'s functions, as the decoding of rows to
+    audio (`rows_to_codes`) and the streamers do.
 
     `eos_token_id` is set (to EOC) because the stock loop pads finished rows only when a criterion has one.
     """
@@ -310,7 +310,8 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
             output_audio: decode waveforms with the codec (default: when `return_dict_in_generate` and a codec).
             max_positions: the most positions of one request, prompt plus rows (default `MAX_POSITIONS`, the official
                 server's 4096): a longer prompt is refused, a `max_new_tokens` that would pass it is clipped with a
-                warning. None lifts the limit.
+                warning. In a batch the limit is read against the longest prompt (one `max_new_tokens` for all), so
+                a sequence that reaches it may get fewer rows than alone. None lifts the limit.
 
         Returns:
             `HiggsAudioV3GenerationOutput` when `return_dict_in_generate=True`, else the delayed rows
@@ -324,6 +325,11 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         ```
         """
         self._check_generate_arguments(input_ids, kwargs)
+        if output_audio and getattr(self, "codec", None) is None:
+            raise ValueError(
+                "output_audio=True needs the codec, and this model has none (config.codec_config is None): load a "
+                "converted checkpoint that includes it, or leave output_audio unset to get codes."
+            )
         generation_config, model_kwargs, warpers, return_dict = self._audio_generation_config(generation_config, kwargs)
         num_codebooks = self.config.num_codebooks
         batch_size, prompt_length = input_ids.shape
@@ -369,14 +375,23 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
     ) -> tuple[GenerationConfig, dict, list[LogitsProcessor] | None, bool]:
         """The user's options, checked, and the config the stock loop runs with. Returns `(config for the stock loop,
         model kwargs, the sampling warpers (None for greedy decoding), whether the caller asked for a dict output)`."""
-        if generation_config is None:
-            generation_config = self.generation_config
-            if generation_config.max_new_tokens is None:  # a model built from a config, not loaded with its defaults
-                generation_config = default_generation_config(self.config)
-        generation_config = copy.deepcopy(generation_config)
+        defaults = self.generation_config
+        if defaults.max_new_tokens is None:  # a model built from a config, not loaded with its defaults
+            defaults = default_generation_config(self.config)
+        generation_config = copy.deepcopy(generation_config if generation_config is not None else defaults)
+        # What a caller's config leaves unset comes from the model's defaults (transformers' rule), before the sampling
+        # warpers are read. Greedy decoding asked for here drops the sampling defaults the caller did not set, so that
+        # transformers' validation does not warn about them (e.g. the default top_k=0 under do_sample=False).
+        for name, value in defaults.to_dict().items():
+            if not name.startswith("_") and hasattr(generation_config, name) and getattr(generation_config, name) is None:
+                setattr(generation_config, name, value)
+        if kwargs.get("do_sample") is False:
+            for name in _STOCK_SAMPLING_FIELDS:
+                if name not in kwargs:
+                    setattr(generation_config, name, None)
         model_kwargs = generation_config.update(**kwargs)
         if generation_config.max_new_tokens is None:  # e.g. transformers 5.5's pipeline drops it when it sets max_length
-            generation_config.max_new_tokens = self.generation_config.max_new_tokens or MAX_NEW_TOKENS
+            generation_config.max_new_tokens = defaults.max_new_tokens or MAX_NEW_TOKENS
         self._check_generation_options(generation_config)
         return_dict = generation_config.return_dict_in_generate
         warpers = sampling_warpers(generation_config) if generation_config.do_sample else None
@@ -506,8 +521,9 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
     # -------------------------------------------------------------------------------------- stock loop hooks
     def _get_logits_processor(self, *args, **kwargs) -> LogitsProcessorList:
         # *** Higgs v3 specific: the same processors, in a list that reads their signatures once (see the class) ***
-        return _LogitsProcessorList(super()._get_logits_processor(*args, **kwargs))
+        processors = _LogitsProcessorList(super()._get_logits_processor(*args, **kwargs))
         # *** end Higgs v3 specific ***
+        return processors
 
     def _get_stopping_criteria(self, *args, **kwargs) -> StoppingCriteriaList:
         # *** Higgs v3 specific: generate() refills the text eos id from the model's generation config; an
@@ -515,8 +531,8 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         criteria = super()._get_stopping_criteria(*args, **kwargs)
         if any(isinstance(c, HiggsAudioV3StoppingCriteria) for c in criteria):
             criteria = StoppingCriteriaList([c for c in criteria if not isinstance(c, EosTokenCriteria)])
-        return criteria
         # *** end Higgs v3 specific ***
+        return criteria
 
     def prepare_inputs_for_generation(
         self,
@@ -549,12 +565,14 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         else:  # without a cache: the whole prompt again, then every row
             grid = input_ids.view(-1, num_codebooks, input_ids.shape[1])  # [B, C, L + n]
             rows = grid[:, :, audio_prompt_length:].transpose(1, 2)  # [B, n, C]: rows as emitted
-            prompt = self.build_inputs_embeds(grid[:, 0, :audio_prompt_length], audio_input_ids, audio_input_ids_mask)
+            prompt = self.build_inputs_embeds(
+                grid[:, 0, :audio_prompt_length], audio_input_ids, audio_input_ids_mask, check_inputs=False
+            )
             inputs_embeds = torch.cat([prompt, self.embed_audio_rows(rows).to(prompt.dtype)], dim=1)[:, -window:]
         model_inputs["input_ids"] = None
         model_inputs["inputs_embeds"] = inputs_embeds
-        return model_inputs
         # *** end Higgs v3 specific ***
+        return model_inputs
 
 
 __all__ = [

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .audio_io_higgs_v3 import VOICE_FILE_SUFFIXES, HiggsAudioV3Voice, save_audio
+from .audio_io_higgs_v3 import MAX_REFERENCE_SECONDS, VOICE_FILE_SUFFIXES, HiggsAudioV3Voice, save_audio
 from .chunking_higgs_v3 import DEFAULT_MAX_CHARS, DialogueLine, check_dialogue_voices, parse_dialogue, split_text
 from .generation_higgs_v3 import MAX_NEW_TOKENS
 from .sampling_higgs_v3 import check_seed, draw_seed
@@ -138,10 +138,13 @@ def resolve_voice(
 
 
 def _voice_from_chunk(chunk: ChunkResult, spec: HiggsAudioV3AudioSpec) -> HiggsAudioV3Voice | None:
-    """The voice made of a generated chunk (its codes and its text), or None when it produced no frame."""
+    """The voice made of a generated chunk (its codes and its text), or None when it produced no frame. At most
+    `MAX_REFERENCE_SECONDS` of it, as for any reference clip: a chunk that ran away to a long limit would otherwise
+    make every later prompt too long for the model's positions."""
     if chunk.num_frames == 0:
         return None
-    return HiggsAudioV3Voice(chunk.codes, chunk.text, sampling_rate=spec.sampling_rate, frame_rate=spec.frame_rate)
+    codes = chunk.codes[: round(MAX_REFERENCE_SECONDS * spec.frame_rate)]
+    return HiggsAudioV3Voice(codes, chunk.text, sampling_rate=spec.sampling_rate, frame_rate=spec.frame_rate)
 
 
 # =============================================================================================== progress

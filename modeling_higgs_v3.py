@@ -254,13 +254,16 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
         input_ids: torch.LongTensor,
         audio_input_ids: torch.LongTensor | None = None,
         audio_input_ids_mask: torch.Tensor | None = None,
+        check_inputs: bool = True,
     ) -> torch.Tensor:
         """Token embeddings of `input_ids` with every placeholder position **replaced** by its reference row's fused
-        embedding. `input_ids`: `[batch, length]`; returns `[batch, length, hidden]`."""
+        embedding. `input_ids`: `[batch, length]`; returns `[batch, length, hidden]`. `check_inputs=False` skips the
+        checks of the placeholders and codes (they read values on the host): generation's steps without a cache embed
+        the prompt again, which its prefill already checked."""
         placeholder = input_ids == self.config.audio_placeholder_id  # [B, L]
         token_ids = input_ids.masked_fill(placeholder, 0)
         inputs_embeds = self.model.embed_tokens(token_ids)  # [B, L, H]
-        checking = not torch.compiler.is_compiling()
+        checking = check_inputs and not torch.compiler.is_compiling()
         if audio_input_ids is None:
             if checking and bool(placeholder.any()):
                 raise ValueError(
@@ -269,8 +272,8 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
                 )
             return inputs_embeds
         rows = self._flat_reference_rows(audio_input_ids, audio_input_ids_mask)  # [N, C]
-        self._check_codes(rows, "audio_input_ids")
         if checking:
+            self._check_codes(rows, "audio_input_ids")
             num_placeholders = int(placeholder.sum())
             if num_placeholders != rows.shape[0]:
                 raise ValueError(
@@ -402,6 +405,7 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
 # remote-code model (to find a `cache_position` argument); a stored signature makes that a lookup instead of a parse
 # of the whole argument list (tested to equal the parsed one). ***
 HiggsAudioV3ForConditionalGeneration.forward.__signature__ = inspect.signature(HiggsAudioV3ForConditionalGeneration.forward)
+# *** end Higgs v3 generation specific ***
 
 # `save_pretrained` copies this file and its relative imports next to `config.json`; `auto_map` is written in full
 # by the config (see `configuration_higgs_v3.AUTO_MAP`).

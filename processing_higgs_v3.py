@@ -106,12 +106,12 @@ class HiggsAudioV3Processor(ProcessorMixin):
         self,
         tokenizer,
         chat_template: str | None = None,
-        num_codebooks: int = 8,
-        audio_boc_token_id: int = 1024,
-        audio_eoc_token_id: int = 1025,
-        audio_placeholder_id: int = -100,
-        sampling_rate: int = 24000,
-        frame_rate: int = 25,
+        num_codebooks: int = HiggsAudioV3AudioSpec.num_codebooks,
+        audio_boc_token_id: int = HiggsAudioV3AudioSpec.audio_boc_token_id,
+        audio_eoc_token_id: int = HiggsAudioV3AudioSpec.audio_eoc_token_id,
+        audio_placeholder_id: int = HiggsAudioV3AudioSpec.audio_placeholder_id,
+        sampling_rate: int = HiggsAudioV3AudioSpec.sampling_rate,
+        frame_rate: int = HiggsAudioV3AudioSpec.frame_rate,
     ):
         super().__init__(tokenizer, chat_template=chat_template)
         # Prompts are left padded; saying so on the tokenizer also makes `pipeline(..., batch_size=n)` pad correctly.

@@ -10,6 +10,8 @@ seed gets the same codes alone or inside any batch, without a generator object p
 
 from __future__ import annotations
 
+import operator
+
 import torch
 from transformers import (
     GenerationConfig,
@@ -26,10 +28,15 @@ SEED_LIMIT: int = 2**62
 
 
 def check_seed(seed, name: str = "seed") -> int:
-    """`seed` as an `int` in `[0, SEED_LIMIT)`; a `ValueError` naming it otherwise."""
-    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < SEED_LIMIT:
-        raise ValueError(f"{name} must be an integer in [0, 2**62), got {seed!r}.")
-    return seed
+    """`seed` (any integer: Python, numpy, a 0-d integer tensor) as an `int` in `[0, SEED_LIMIT)`; a `ValueError`
+    naming it otherwise."""
+    try:
+        value = operator.index(seed) if not isinstance(seed, bool) else None
+    except TypeError:
+        value = None
+    if value is None or not 0 <= value < SEED_LIMIT:
+        raise ValueError(f"{name} must be an integer in [0, 2**{SEED_LIMIT.bit_length() - 1}), got {seed!r}.")
+    return value
 
 
 def draw_seed() -> int:

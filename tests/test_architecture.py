@@ -23,7 +23,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "delay_higgs_v3": set(),
     "codec_higgs_v3": set(),
     "configuration_higgs_v3": {"delay_higgs_v3"},
-    "audio_io_higgs_v3": {"codec_higgs_v3"},
+    "audio_io_higgs_v3": {"codec_higgs_v3", "delay_higgs_v3"},
     "streaming_higgs_v3": {"delay_higgs_v3"},
     "sampling_higgs_v3": set(),
     "generation_higgs_v3": {"delay_higgs_v3", "sampling_higgs_v3"},

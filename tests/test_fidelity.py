@@ -208,7 +208,8 @@ def test_bf16_greedy_rows_equal_the_spec_at_the_real_width():
     for prompt, rows in cases:
         expected = cached_reference_generate(model, prompt, rows, 24)
         ours = model.generate(input_ids=prompt[None], audio_input_ids=rows, do_sample=False, max_new_tokens=24)
-        assert torch.equal(ours[0, : expected.shape[0]], expected), prompt.tolist()
+        assert ours.shape[1] == expected.shape[0], prompt.tolist()  # it stops where the spec's loop stops
+        assert torch.equal(ours[0], expected), prompt.tolist()
 
 
 def test_generation_options_raise_no_library_warnings(model):
@@ -216,15 +217,47 @@ def test_generation_options_raise_no_library_warnings(model):
     "not valid and may be ignored" warnings may reach a user, whatever options they pass."""
     import logging
 
+    import warnings
+
     records = []
     handler = logging.Handler(level=logging.WARNING)
     handler.emit = records.append
     library = logging.getLogger("transformers")
     library.addHandler(handler)
+    logging.Logger.warning_once.cache_clear()  # transformers' once-per-process warnings: as in a fresh process
     try:
-        model.generate(input_ids=PROMPT, max_new_tokens=3, seed=1)
-        model.generate(input_ids=PROMPT, max_new_tokens=3, do_sample=False)
-        model.generate(input_ids=PROMPT, max_new_tokens=3, seed=1, temperature=0.5, top_k=4, top_p=0.5, min_p=0.1)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            model.generate(input_ids=PROMPT, max_new_tokens=3, seed=1)
+            model.generate(input_ids=PROMPT, max_new_tokens=3, do_sample=False)
+            model.generate(input_ids=PROMPT, max_new_tokens=3, seed=1, temperature=0.5, top_k=4, top_p=0.5, min_p=0.1)
     finally:
         library.removeHandler(handler)
     assert [r.getMessage() for r in records] == []
+    assert [str(w.message) for w in caught if "transformers" in w.filename] == []
+
+
+def test_a_users_generation_config_takes_the_models_defaults_for_what_it_leaves_unset(model, applied):
+    from transformers import GenerationConfig
+
+    rows = model.generate(input_ids=PROMPT, generation_config=GenerationConfig(max_new_tokens=4), seed=3)
+    assert applied == [DEFAULT]  # sampling at temperature 1.0, as the model's defaults say; not greedy
+    assert torch.equal(rows, model.generate(input_ids=PROMPT, max_new_tokens=4, seed=3))
+
+
+def test_output_audio_without_a_codec_is_refused_before_generating(model):
+    with pytest.raises(ValueError, match=re.escape("output_audio=True needs the codec, and this model has none")):
+        model.generate(input_ids=PROMPT, max_new_tokens=3, output_audio=True, return_dict_in_generate=True)
+
+
+def test_steps_without_a_cache_do_not_check_the_prompt_again(model, monkeypatch):
+    """Without a KV cache every step embeds the prompt again; its checks (host reads) ran once, in the prefill."""
+    from oracles import clone_prompt
+
+    calls = []
+    check = type(model)._check_codes
+    monkeypatch.setattr(type(model), "_check_codes", lambda self, codes, name: calls.append(name) or check(self, codes, name))
+    reference = torch.randint(0, 1024, (4, C), generator=torch.Generator().manual_seed(5))
+    model.generate(input_ids=clone_prompt(4)[None], audio_input_ids=reference, do_sample=False, max_new_tokens=5,
+                   use_cache=False)
+    assert calls == ["audio_input_ids"]

@@ -573,3 +573,17 @@ def test_readme_notebook_flow_with_remote_code(tmp_path):
     done = subprocess.run([sys.executable, "-c", script, str(repo), str(tmp_path / "me.wav"), str(tmp_path / "me.json")],
                           capture_output=True, text=True, timeout=600, env=environment, cwd=tmp_path)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+
+
+def test_a_runaway_chunk_gives_a_voice_of_at_most_the_reference_limit():
+    """A first chunk that ran into a long limit would make every later prompt too long: its voice is cut to the
+    reference limit (100 s), as any reference clip is."""
+    from higgs_v3.delay_higgs_v3 import HiggsAudioV3AudioSpec
+    from higgs_v3.longform_higgs_v3 import ChunkResult, _voice_from_chunk
+
+    codes = torch.randint(0, 1024, (3000, 8), generator=torch.Generator().manual_seed(0))
+    chunk = ChunkResult("Hi.", codes, torch.zeros(3000 * 960), False, 0, 25)
+    voice = _voice_from_chunk(chunk, HiggsAudioV3AudioSpec())
+    assert voice.num_frames == 2500 and torch.equal(voice.codes, codes[:2500]) and voice.text == "Hi."
+    short = ChunkResult("Hi.", codes[:40], torch.zeros(40 * 960), True, 0, 25)
+    assert torch.equal(_voice_from_chunk(short, HiggsAudioV3AudioSpec()).codes, codes[:40])
