@@ -49,3 +49,26 @@ def tiny_model(seed: int = 0, **overrides) -> HiggsAudioV3ForConditionalGenerati
 @pytest.fixture(scope="module")
 def model() -> HiggsAudioV3ForConditionalGeneration:
     return tiny_model()
+
+
+@pytest.fixture(scope="session")
+def second_import():
+    """This package imported a second time under another name, as `trust_remote_code=True` imports a repo's copy of
+    these modules (`transformers_modules.<repo>...`): the same classes, but distinct ones, in one process, as in a
+    user's notebook. Returns `module(name)`, e.g. `second_import("audio_io_higgs_v3").HiggsAudioV3Voice`."""
+    import importlib
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    import higgs_v3
+
+    name = "higgs_v3_second_import"
+    root = Path(higgs_v3.__file__).parent
+    spec = importlib.util.spec_from_file_location(name, root / "__init__.py", submodule_search_locations=[str(root)])
+    package = importlib.util.module_from_spec(spec)
+    sys.modules[name] = package
+    spec.loader.exec_module(package)
+    yield lambda module: importlib.import_module(f"{name}.{module}")
+    for key in [key for key in sys.modules if key == name or key.startswith(name + ".")]:
+        del sys.modules[key]

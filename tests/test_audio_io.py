@@ -8,12 +8,8 @@ failure cases check the exact error text.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-import sys
-import types
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -39,21 +35,9 @@ def _prepared(audio, sampling_rate=None, **kwargs):
 
 
 @pytest.fixture(scope="module")
-def second_audio_io():
-    """`audio_io_higgs_v3` imported a second time under another package name, as transformers imports a Hub repo's
-    copy (`transformers_modules.<repo>.audio_io_higgs_v3`) next to the installed `higgs_v3` in one notebook."""
-    package_name = "higgs_v3_second_import_io"
-    root = Path(audio_io_higgs_v3.__file__).parent
-    package = types.ModuleType(package_name)
-    package.__path__ = [str(root)]  # its relative imports load second copies too
-    sys.modules[package_name] = package
-    spec = importlib.util.spec_from_file_location(f"{package_name}.audio_io_higgs_v3", root / "audio_io_higgs_v3.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module
-    for name in [name for name in sys.modules if name == package_name or name.startswith(package_name + ".")]:
-        del sys.modules[name]
+def second_audio_io(second_import):
+    """`audio_io_higgs_v3` from a second import of the package (conftest's `second_import`)."""
+    return second_import("audio_io_higgs_v3")
 
 
 # ------------------------------------------------------------------------------------------ reference audio

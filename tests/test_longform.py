@@ -10,8 +10,6 @@ delayed reference rows with an explicit loop over the spec's formula (§4).
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
 import io
 import json
 import os
@@ -19,7 +17,6 @@ import re
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import torch
@@ -27,7 +24,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from transformers import AutoTokenizer, LogitsProcessor, LogitsProcessorList
 
-import higgs_v3
 from higgs_v3.audio_io_higgs_v3 import HiggsAudioV3Voice, save_audio
 from higgs_v3.chunking_higgs_v3 import parse_dialogue, split_sentences, split_text
 from higgs_v3.delay_higgs_v3 import HiggsAudioV3AudioSpec
@@ -474,19 +470,6 @@ def test_resolve_voice_from_a_clip_and_a_transcript(tts, tmp_path):
 
 
 # --------------------------------------------------------------------------------------------- two import paths
-@pytest.fixture(scope="module")
-def second_import():
-    """This package imported a second time under another name, as `trust_remote_code=True` imports a repo's copy of
-    these modules (`transformers_modules.<repo>...`): the same classes, but distinct ones. Returns `module(name)`."""
-    name = "higgs_v3_second_import"
-    root = Path(higgs_v3.__file__).parent
-    spec = importlib.util.spec_from_file_location(name, root / "__init__.py", submodule_search_locations=[str(root)])
-    package = importlib.util.module_from_spec(spec)
-    sys.modules[name] = package
-    spec.loader.exec_module(package)
-    yield lambda module: importlib.import_module(f"{name}.{module}")
-    for key in [key for key in sys.modules if key == name or key.startswith(name + ".")]:
-        del sys.modules[key]
 
 
 def test_voices_from_another_import_of_the_package(tts, second_import, monkeypatch, tmp_path):

@@ -9,15 +9,12 @@ Audio <-> codes is the model's and is tested in `test_audio.py`; waveform and vo
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
 import subprocess
 import sys
 import textwrap
-import types
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,7 +22,7 @@ import torch
 from oracles import NUM_CODEBOOKS, delayed_by_loop
 from transformers import AutoTokenizer
 
-from higgs_v3 import audio_io_higgs_v3, processing_higgs_v3
+from higgs_v3 import processing_higgs_v3
 from higgs_v3.audio_io_higgs_v3 import HiggsAudioV3Voice
 from higgs_v3.configuration_higgs_v3 import HiggsAudioV3Config
 from higgs_v3.processing_higgs_v3 import HiggsAudioV3Processor
@@ -47,21 +44,9 @@ def processor(tokenizer):
 
 
 @pytest.fixture(scope="module")
-def second_audio_io():
-    """`audio_io_higgs_v3` imported a second time under another package name, as transformers imports a Hub repo's
-    copy (`transformers_modules.<repo>.audio_io_higgs_v3`) next to the installed `higgs_v3` in one notebook."""
-    package_name = "higgs_v3_second_import"
-    root = Path(audio_io_higgs_v3.__file__).parent
-    package = types.ModuleType(package_name)
-    package.__path__ = [str(root)]  # its relative imports load second copies too
-    sys.modules[package_name] = package
-    spec = importlib.util.spec_from_file_location(f"{package_name}.audio_io_higgs_v3", root / "audio_io_higgs_v3.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    yield module
-    for name in [name for name in sys.modules if name == package_name or name.startswith(package_name + ".")]:
-        del sys.modules[name]
+def second_audio_io(second_import):
+    """`audio_io_higgs_v3` from a second import of the package (conftest's `second_import`)."""
+    return second_import("audio_io_higgs_v3")
 
 
 def ids_of(tokenizer, *tokens: str) -> list[int]:
