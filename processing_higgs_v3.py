@@ -246,13 +246,13 @@ class HiggsAudioV3Processor(ProcessorMixin):
         where = f"the reference for text {index}" if batch_size > 1 else "the reference"
         if voice is not None and codes is not None:
             raise ValueError(f"Text {index} has two references (reference and reference_codes); pass one of them.")
-        if isinstance(ref_text, str) and not ref_text.strip():
+        if ref_text == "":  # the official server: `reference_text or None`; a blank transcript is kept as given
             ref_text = None
         if voice is not None:
             voice = self._check_voice(voice, where)
             if voice.text is not None and ref_text is not None:
                 raise ValueError(f"{where[:1].upper() + where[1:]} already carries its transcript; do not pass reference_text as well.")
-            codes, ref_text = voice.codes, voice.text if ref_text is None else ref_text
+            codes, ref_text = voice.codes, (voice.text or None) if ref_text is None else ref_text
         if codes is not None:
             codes = self._check_raw_codes(codes, f"The codes of {where}")
         elif ref_text is not None:
@@ -261,7 +261,7 @@ class HiggsAudioV3Processor(ProcessorMixin):
                 "clip it describes."
             )
             ref_text = None
-        if ref_text is not None:
+        if ref_text is not None and not (isinstance(ref_text, str) and ref_text.isspace()):
             ref_text = self.check_text(ref_text, f"the transcript of {where}")
         return codes, ref_text
 

@@ -159,10 +159,16 @@ def test_clone_with_transcript_layout(processor, tokenizer):
                            reference_text="She sells sea shells.")):
         assert torch.equal(same["input_ids"], out["input_ids"])
         assert torch.equal(same["audio_input_ids"], out["audio_input_ids"])
-    # An empty or blank transcript is no transcript.
-    for blank in ("", "  "):
-        no_text = processor("The quick brown fox.", reference_codes=raw, reference_text=blank)
-        assert torch.equal(no_text["input_ids"], processor("The quick brown fox.", reference_codes=raw)["input_ids"])
+    # An empty transcript is no transcript; a blank one is kept as given, as the official server does
+    # (`reference_text or None`, then `if reference_text:` in sglang-omni's prompt builder: "  " is truthy).
+    without = processor("The quick brown fox.", reference_codes=raw)["input_ids"]
+    assert torch.equal(processor("The quick brown fox.", reference_codes=raw, reference_text="")["input_ids"], without)
+    for blank in ("  ", "\n"):
+        kept = processor("The quick brown fox.", reference_codes=raw, reference_text=blank)["input_ids"]
+        assert kept.tolist() == [ids_of(tokenizer, "<|tts|>", "<|ref_text|>") + text_ids(tokenizer, blank)
+                                 + without[0, 1:].tolist()]
+        voice_kept = processor("The quick brown fox.", reference=HiggsAudioV3Voice(codes=raw, text=blank))
+        assert torch.equal(voice_kept["input_ids"], kept)
 
 
 def test_every_tag_is_one_token(processor, tokenizer):
