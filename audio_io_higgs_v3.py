@@ -2,14 +2,16 @@
 """Audio in and out for Higgs Audio v3: reference-clip loading and validation, reusable voices, writing waveforms.
 
 - `prepare_reference_waveform` turns a path, a numpy array or a torch tensor into the 24 kHz mono float32 waveform
-  the codec encodes: integer PCM scaled to [-1, 1], channels mixed to mono (mean), resampled with `soxr`, padded
-  with zeros at the end to at least 1 s; empty, non-finite and over-long clips are refused with a `ValueError`.
+  the codec encodes: integer PCM scaled to [-1, 1], channels mixed to mono (mean), resampled with torchaudio's sinc
+  algorithm (`codec_higgs_v3.resample_audio`), padded with zeros at the end to at least 1 s; empty, non-finite and
+  over-long clips are refused with a `ValueError`. This is the official server's front end (sglang-omni's
+  `prepare_higgs_reference` and the codec's `encode_reference`), so a clip gives the codes the model was served with.
 - `HiggsAudioV3Voice` is an encoded reference (raw codec codes `[frames, num_codebooks]` plus the transcript), saved
   as safetensors or JSON (never pickle: voice files are shared between users) and passed to later processor calls.
 - `save_audio` writes a waveform with soundfile.
 
-`soundfile` is imported inside `try/except ImportError` (and `soxr`, in `codec_higgs_v3.resample_audio`) so that
-loading this module as Hub remote code does not demand them; the functions that need them say what to install.
+`soundfile` is imported inside `try/except ImportError` so that loading this module as Hub remote code does not demand
+it; the functions that need it say what to install.
 """
 
 from __future__ import annotations
@@ -117,7 +119,8 @@ def prepare_reference_waveform(
             Integer PCM (int8/uint8/int16/int32) is scaled to [-1, 1]; floats are expected in [-1, 1].
         sampling_rate: sample rate of `audio` in Hz. Required for arrays; for files it is read from the file (a
             value given here must then agree with it).
-        target_sampling_rate: the codec's rate; the clip is resampled to it with `soxr`.
+        target_sampling_rate: the codec's rate; the clip is resampled to it as torchaudio's `resample` does (the official
+            server's resampler).
         min_seconds: shorter clips are padded with zeros at the end to this duration.
         max_seconds: longer clips are refused (the official server accepts up to 100 s).
 
@@ -177,7 +180,7 @@ def prepare_reference_waveform(
         )
 
     mono = torch.from_numpy(np.ascontiguousarray(samples.mean(axis=0), dtype=np.float32))  # [N]
-    waveform = resample_audio(mono, sampling_rate, target_sampling_rate)  # [N'] with soxr (codec_higgs_v3)
+    waveform = resample_audio(mono, sampling_rate, target_sampling_rate)  # [N'], torchaudio's algorithm (codec_higgs_v3)
     min_samples = int(np.ceil(min_seconds * target_sampling_rate))
     if waveform.shape[0] < min_samples:
         waveform = torch.nn.functional.pad(waveform, (0, min_samples - waveform.shape[0]))

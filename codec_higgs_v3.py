@@ -7,15 +7,17 @@ features, one frame per 960 samples (25 frames per second). The state_dict names
 `HiggsAudioV2TokenizerModel`, so the original checkpoint's codec tensors load unchanged.
 
 What differs from transformers' class (which imports `torchaudio` at module level, and torchaudio has no build for
-current torch): the 24 kHz -> 16 kHz resample in front of HuBERT uses `soxr` (see `resample_audio`). Everything else
-is transformers' code: `XcodecModel`'s `__init__`/`encode`/`decode` and X-Codec's VQ blocks, plus the two linear
-projections per VQ level that the Higgs variant adds.
+current torch): the 24 kHz -> 16 kHz resample in front of HuBERT is `resample_audio`, torchaudio's algorithm written
+in plain torch (same outputs, tests/test_resample.py). Everything else is transformers' code: `XcodecModel`'s
+`__init__`/`encode`/`decode` and X-Codec's VQ blocks, plus the two linear projections per VQ level that the Higgs
+variant adds.
 """
 
 from __future__ import annotations
 
 import copy
 import math
+from collections import OrderedDict
 
 import numpy as np
 import torch
@@ -30,40 +32,93 @@ from transformers.models.xcodec.modeling_xcodec import (
 )
 
 
-try:
-    import soxr
-except ImportError:  # pragma: no cover - soxr is an install requirement; the Hub loader must not demand it
-    soxr = None
+# ---------------------------------------------------------------------------------------------------------------
+# Resampling: torchaudio's algorithm (`torchaudio.functional.resample` with its defaults), in plain torch.
+#
+# The official server resamples twice with torchaudio: a reference file to 24 kHz, and 24 kHz to 16 kHz in front of
+# HuBERT (transformers' `HiggsAudioV2TokenizerModel`). Any other filter (soxr, scipy) changes several percent of a
+# clip's codes (docs/FIDELITY.md), so this is torchaudio's band-limited sinc interpolation, reimplemented: after reducing the rates by their
+# gcd to `orig` -> `new`, output sample `new * f + p` (frame f, phase p) is
+#
+#     y[new * f + p] = sum_k  x[orig * f + k - width] * h_p[k],     k = 0 .. 2 * width + orig - 1
+#     h_p[k] = sinc(pi * s) * cos(pi * s / (2 * W))^2 * base / orig,    s = clamp(base * ((k - width) / orig - p / new), -W, W)
+#
+# with W = 6 zero crossings (`lowpass_filter_width`), `base = min(orig, new) * 0.99` (`rolloff`) and
+# `width = ceil(W * orig / base)`: one strided `conv1d` with `new` output channels over the input padded by `width`
+# on the left and `width + orig` on the right. The kernel is built in the input's dtype with the same sequence of
+# float operations as torchaudio, so the outputs agree to the last bit or two (tests/test_resample.py checks golden
+# vectors made by torchaudio itself).
+# ---------------------------------------------------------------------------------------------------------------
+RESAMPLE_LOWPASS_FILTER_WIDTH = 6
+RESAMPLE_ROLLOFF = 0.99
+_KERNEL_CACHE_SIZE = 16
+_kernel_cache: OrderedDict[tuple, tuple[torch.Tensor, int]] = OrderedDict()
+
+
+def _sinc_kernel(orig: int, new: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, int]:
+    """The polyphase kernel `[new, 1, 2 * width + orig]` and `width`, for rates already divided by their gcd."""
+    zero_crossings = RESAMPLE_LOWPASS_FILTER_WIDTH
+    base = min(orig, new) * RESAMPLE_ROLLOFF  # the cutoff, just under the lower Nyquist frequency
+    width = math.ceil(zero_crossings * orig / base)  # input samples of context on each side
+    taps = torch.arange(-width, width + orig, dtype=dtype, device=device) / orig  # [K] input times, in output frames
+    phases = -(torch.arange(new, dtype=dtype, device=device) / new)  # [new] minus each output phase's time
+    s = (phases[:, None] + taps[None, :]) * base  # [new, K] distance to the output sample, in cutoff periods
+    s = s.clamp(-zero_crossings, zero_crossings)
+    hann = torch.cos(s * math.pi / zero_crossings / 2) ** 2  # [new, K] the window, 0 at +-W crossings
+    s = s * math.pi
+    sinc = torch.where(s == 0, torch.ones((), dtype=dtype, device=device), s.sin() / s)
+    kernel = sinc * (hann * (base / orig))  # [new, K]; unit gain at DC
+    return kernel[:, None, :], width  # [new, 1, K]
+
+
+def resample_kernel(orig_sr: int, target_sr: int, dtype: torch.dtype, device: torch.device | str = "cpu"):
+    """`(kernel [new, 1, K], width, orig, new)` for resampling `orig_sr` -> `target_sr` Hz, cached per (rate pair,
+    dtype, device) (the last 16 are kept)."""
+    device = torch.device(device)
+    key = (orig_sr, target_sr, dtype, device)
+    if key in _kernel_cache:
+        _kernel_cache.move_to_end(key)
+    else:
+        gcd = math.gcd(orig_sr, target_sr)
+        orig, new = orig_sr // gcd, target_sr // gcd
+        _kernel_cache[key] = (*_sinc_kernel(orig, new, dtype, device), orig, new)
+        while len(_kernel_cache) > _KERNEL_CACHE_SIZE:
+            _kernel_cache.popitem(last=False)
+    return _kernel_cache[key]
+
+
+def resampled_length(num_samples: int, orig_sr: int, target_sr: int) -> int:
+    """Samples that `resample_audio` returns for `num_samples` input samples: `ceil(num_samples * target / orig)`,
+    computed as torchaudio does (the quotient of the gcd-reduced rates rounded to float32 before the ceiling)."""
+    if orig_sr == target_sr:
+        return num_samples
+    gcd = math.gcd(orig_sr, target_sr)
+    return math.ceil(float(np.float32(target_sr // gcd * num_samples / (orig_sr // gcd))))
 
 
 def resample_audio(waveform: torch.Tensor, orig_sr: int, target_sr: int) -> torch.Tensor:
-    """Resample the last axis of `waveform` from `orig_sr` to `target_sr` Hz with soxr (high quality, zero delay).
+    """Resample the last axis of `waveform` from `orig_sr` to `target_sr` Hz as `torchaudio.functional.resample` does
+    with its defaults (sinc interpolation, Hann window, 6 zero crossings, rolloff 0.99).
 
-    `[..., N]` -> `[..., ceil(N * target_sr / orig_sr)]` (the length torchaudio's `resample` gives), on the input's
-    device and in its dtype. The computation runs on the CPU in float32 (float64 stays float64), soxr's "HQ" quality;
-    the leading axes are resampled as independent channels in one soxr call. Not differentiable (HuBERT, which it
-    feeds, runs without gradients anyway).
+    `[..., N]` -> `[..., resampled_length(N)]` (`ceil(N * target_sr / orig_sr)`), on the input's device, in its float
+    dtype, differentiable; the leading axes are independent signals, resampled together in one `conv1d`.
     """
+    for name, rate in (("orig_sr", orig_sr), ("target_sr", target_sr)):
+        if isinstance(rate, bool) or not isinstance(rate, (int, np.integer)) or rate <= 0:
+            raise ValueError(f"{name} must be a positive integer number of Hz, got {rate!r}.")
+    orig_sr, target_sr = int(orig_sr), int(target_sr)
     if orig_sr == target_sr:
         return waveform
-    if soxr is None:
-        raise ImportError(
-            f"Resampling audio from {orig_sr} Hz to {target_sr} Hz needs the `soxr` package, which is not installed: "
-            "run `pip install soxr`."
-        )
     if not waveform.is_floating_point():
         raise ValueError(f"Only floating point audio can be resampled, got dtype {waveform.dtype}.")
+    kernel, width, orig, new = resample_kernel(orig_sr, target_sr, waveform.dtype, waveform.device)
     length = waveform.shape[-1]
-    target_length = math.ceil(length * target_sr / orig_sr)
-    if length == 0:
-        return waveform.new_zeros(*waveform.shape[:-1], 0)
-    compute_dtype = torch.float64 if waveform.dtype == torch.float64 else torch.float32
-    channels = waveform.detach().reshape(-1, length).to(device="cpu", dtype=compute_dtype)  # [C, N]
-    resampled = soxr.resample(np.ascontiguousarray(channels.numpy().T), orig_sr, target_sr)  # [~M, C]
-    resampled = torch.from_numpy(np.ascontiguousarray(resampled.T))  # [C, ~M]
-    # soxr rounds the output length; pad (with zeros, at most a sample) or crop to the exact length.
-    resampled = F.pad(resampled, (0, max(0, target_length - resampled.shape[-1])))[:, :target_length]  # [C, M]
-    return resampled.reshape(*waveform.shape[:-1], target_length).to(device=waveform.device, dtype=waveform.dtype)
+    signals = waveform.reshape(math.prod(waveform.shape[:-1]), 1, length)  # [S, 1, N]
+    padded = F.pad(signals, (width, width + orig))  # [S, 1, N + 2 * width + orig]
+    frames = F.conv1d(padded, kernel, stride=orig)  # [S, new, N // orig + 1]: one column per input frame
+    interleaved = frames.transpose(1, 2).reshape(signals.shape[0], -1)  # [S, new * frames], phases in time order
+    target_length = resampled_length(length, orig_sr, target_sr)
+    return interleaved[:, :target_length].reshape(*waveform.shape[:-1], -1)  # [..., M]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -104,8 +159,8 @@ class HiggsAudioV3Codec(XcodecModel):
 
     Derived from transformers' `XcodecModel`, whose `__init__`, `encode`, `decode` and `forward` do the work (ours
     only add input checks and the Higgs VQ levels), with the state_dict names of `HiggsAudioV2TokenizerModel`; the
-    semantic feature extraction is overridden to resample with soxr instead of torchaudio. Build it with
-    [`~HiggsAudioV3Codec.from_codec_config`], which always returns it in fp32 (the transposed convolutions of the
+    semantic feature extraction is overridden to resample with `resample_audio` instead of importing torchaudio. Build
+    it with [`~HiggsAudioV3Codec.from_codec_config`], which always returns it in fp32 (the transposed convolutions of the
     decoder are unstable in bf16).
 
     Frame count: `encode` maps `N` samples to `T = num_frames(N)` frames. The semantic branch sets it: `N` is
@@ -185,7 +240,8 @@ class HiggsAudioV3Codec(XcodecModel):
     # ------------------------------------------------------------------ encode / decode
     def _extract_semantic_features(self, input_values: torch.Tensor) -> torch.Tensor:
         """HuBERT features at the codec frame rate: `[B, 1, N]` at 24 kHz -> `[B, T, semantic_hidden]`."""
-        # *** Higgs Audio v3 specific *** soxr instead of torchaudio for the resample; the rest as transformers'
+        # *** Higgs Audio v3 specific *** `resample_audio` (torchaudio's algorithm) instead of torchaudio itself; the rest
+        # as transformers'
         # `HiggsAudioV2TokenizerModel._extract_semantic_features`.
         input_values = resample_audio(input_values, self.config.sample_rate, self.config.semantic_sample_rate)
         # *** end Higgs Audio v3 specific ***
@@ -332,6 +388,10 @@ __all__ = [
     "HiggsAudioV3Codec",
     "HiggsAudioV3ResidualVectorQuantization",
     "HiggsAudioV3VectorQuantization",
+    "RESAMPLE_LOWPASS_FILTER_WIDTH",
+    "RESAMPLE_ROLLOFF",
     "build_codec_config",
     "resample_audio",
+    "resample_kernel",
+    "resampled_length",
 ]

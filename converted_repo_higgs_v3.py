@@ -257,7 +257,7 @@ only; the original license applies to it unchanged and takes precedence over thi
 ## Usage
 
 ```bash
-pip install "transformers{transformers_range}" torch safetensors soundfile soxr
+pip install "transformers{transformers_range}" torch safetensors soundfile
 ```
 
 ```python

@@ -6,17 +6,27 @@ codes, what a voice clone pays once), for several clip lengths; same process, in
     python benchmarks/bench_codec.py                          # 1, 2, 5, 10 s clips (about a minute)
     python benchmarks/bench_codec.py --seconds 1 2 --rounds 2
 
+It also times `encode_reference`'s whole path (a --reference-rate clip resampled to 24 kHz, then encoded, which
+resamples again to 16 kHz in front of HuBERT) with the project's resampler (torchaudio's algorithm in plain torch,
+issue 12) against the soxr resampler it replaced, side by side, and prints the ratio (needs `soxr`: pip install
+'higgs-v3[bench]'; without it only the current path is timed).
+
 The figure of merit is compute seconds per second of audio (a real-time factor; below 1 is faster than real time).
 Writes bench_codec.json and bench_codec.png into --out.
 """
 
 from __future__ import annotations
 
+import math
 import sys
 
+import numpy as np
 import torch
+import torch.nn.functional as F
 
 import _harness as H
+from higgs_v3 import audio_io_higgs_v3, codec_higgs_v3
+from higgs_v3.audio_io_higgs_v3 import prepare_reference_waveform
 from higgs_v3.codec_higgs_v3 import HiggsAudioV3Codec
 from higgs_v3.tiny_higgs_v3 import tiny_codec_config
 from higgs_v3.configuration_higgs_v3 import REAL_CODEC_CONFIG
@@ -27,6 +37,7 @@ def parse_args(argv):
     parser.add_argument("--seconds", type=float, nargs="+", default=[1, 2, 5, 10], help="clip lengths")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--tiny", action="store_true", help="the shrunk test codec (real strides) instead of the real one")
+    parser.add_argument("--reference-rate", type=int, default=44100, help="sample rate of the encode_reference clips")
     args = parser.parse_args(argv)
     H.check_positive(rounds=args.rounds, batch=args.batch)
     if min(args.seconds) < 0.04:
@@ -37,6 +48,39 @@ def parse_args(argv):
 def build_codec(tiny: bool) -> HiggsAudioV3Codec:
     torch.manual_seed(0)
     return HiggsAudioV3Codec.from_codec_config(tiny_codec_config() if tiny else REAL_CODEC_CONFIG).eval()
+
+
+def soxr_resample(waveform: torch.Tensor, orig_sr: int, target_sr: int) -> torch.Tensor:
+    """The resampler before issue 12 (soxr "HQ", float32 on the CPU, cropped or padded to torchaudio's length)."""
+    import soxr
+
+    if orig_sr == target_sr:
+        return waveform
+    length = waveform.shape[-1]
+    target_length = math.ceil(length * target_sr / orig_sr)
+    channels = waveform.detach().reshape(-1, length).to(device="cpu", dtype=torch.float32)  # [C, N]
+    out = torch.from_numpy(np.ascontiguousarray(soxr.resample(np.ascontiguousarray(channels.numpy().T), orig_sr,
+                                                              target_sr).T))  # [C, ~M]
+    out = F.pad(out, (0, max(0, target_length - out.shape[-1])))[:, :target_length]
+    return out.reshape(*waveform.shape[:-1], target_length).to(device=waveform.device, dtype=waveform.dtype)
+
+
+def has_soxr() -> bool:
+    try:
+        import soxr  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def encode_reference_path(codec: HiggsAudioV3Codec, clip: np.ndarray, rate: int, resample) -> torch.Tensor:
+    """`model.encode_reference`'s work (front end, then the codec) with `resample` as the project's resampler."""
+    saved = codec_higgs_v3.resample_audio, audio_io_higgs_v3.resample_audio
+    codec_higgs_v3.resample_audio = audio_io_higgs_v3.resample_audio = resample
+    try:
+        return codec.encode_waveform(prepare_reference_waveform(clip, rate))
+    finally:
+        codec_higgs_v3.resample_audio, audio_io_higgs_v3.resample_audio = saved
 
 
 def timed(fn, clock: str) -> dict:
@@ -54,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     rate, hop = codec.sampling_rate, codec.hop_length
     generator = torch.Generator().manual_seed(0)
     variants, inputs = {}, {}
+    resamplers = {"torchaudio-alg": codec_higgs_v3.resample_audio}
+    if has_soxr():
+        resamplers["soxr"] = soxr_resample
     for seconds in args.seconds:
         frames = max(1, round(seconds * rate / hop))
         codes = torch.randint(0, codec.config.codebook_size, (args.batch, codec.num_quantizers, frames),
@@ -62,6 +109,10 @@ def main(argv: list[str] | None = None) -> int:
         inputs[seconds] = (codes, audio)
         variants[f"decode {seconds:g}s"] = (lambda c: lambda: timed(lambda: codec.decode(c), args.clock))(codes)
         variants[f"encode {seconds:g}s"] = (lambda a: lambda: timed(lambda: codec.encode(a), args.clock))(audio)
+        clip = (0.1 * torch.randn(round(seconds * args.reference_rate), generator=generator)).numpy()
+        for name, resample in resamplers.items():
+            variants[f"encode_reference {name} {seconds:g}s"] = (lambda c, r: lambda: timed(
+                lambda: encode_reference_path(codec, c, args.reference_rate, r), args.clock))(clip, resample)
     with torch.inference_mode():
         runs = H.interleaved(variants, args.rounds, warmup=1)
     results = []
@@ -74,6 +125,12 @@ def main(argv: list[str] | None = None) -> int:
             entry[f"{op}_s"] = H.summarize([r["s"] for r in rs])
             entry[f"{op}_rtf"] = H.summarize([r["s"] / audio_seconds for r in rs])
             entry[f"{op}_output_shape"] = rs[0]["out"]
+        for name in resamplers:
+            rs = runs[f"encode_reference {name} {seconds:g}s"]
+            entry[f"encode_reference_{name}_s"] = H.summarize([r["s"] for r in rs])
+        if "soxr" in resamplers:
+            entry["encode_reference_ratio"] = H.ratio_summary(runs[f"encode_reference torchaudio-alg {seconds:g}s"],
+                                                              runs[f"encode_reference soxr {seconds:g}s"], key="s")
         results.append(entry)
     rows = [{
         "seconds": r["seconds"], "decode_s": r["decode_s"]["median"], "decode_rtf": r["decode_rtf"]["median"],
@@ -89,6 +146,17 @@ def main(argv: list[str] | None = None) -> int:
                                 ("decode_rtf", "decode RTF", ".3f"), ("decode_spread", "spread", ""),
                                 ("encode_s", "encode s", ".3f"), ("encode_rtf", "encode RTF", ".3f"),
                                 ("encode_spread", "spread", "")]))
+    reference_rows = [{
+        "seconds": r["seconds"], "ours": r["encode_reference_torchaudio-alg_s"]["median"],
+        "soxr": r["encode_reference_soxr_s"]["median"] if "soxr" in resamplers else float("nan"),
+        "ratio": r["encode_reference_ratio"]["median"] if "soxr" in resamplers else float("nan"),
+    } for r in results]
+    print(f"encode_reference of a {args.reference_rate} Hz clip (front end + codec), median seconds; ratio = "
+          "torchaudio's algorithm / soxr, same process, interleaved (below 1: faster):")
+    print(H.format_table(reference_rows, [("seconds", "audio s", "g"), ("ours", "torchaudio-alg s", ".4f"),
+                                          ("soxr", "soxr s", ".4f"), ("ratio", "ratio", ".3f")]))
+    if "soxr" not in resamplers:
+        print("(soxr is not installed: the baseline was not timed; pip install 'higgs-v3[bench]')")
     parameters = {
         "total": sum(p.numel() for p in codec.parameters()),
         "decode_path": sum(p.numel() for module in (codec.quantizer, codec.fc2, codec.acoustic_decoder)

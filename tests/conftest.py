@@ -72,3 +72,31 @@ def second_import():
     yield lambda module: importlib.import_module(f"{name}.{module}")
     for key in [key for key in sys.modules if key == name or key.startswith(name + ".")]:
         del sys.modules[key]
+
+
+@pytest.fixture(scope="session")
+def transformers_tokenizer_class():
+    """transformers' own `HiggsAudioV2TokenizerModel` (the codec class the official server wraps). Its module imports
+    torchaudio, which has no build for current torch, so it is imported with a stand-in `torchaudio` whose
+    `functional.resample` is `codec_higgs_v3.resample_audio` (torchaudio's algorithm; tests/test_resample.py checks it
+    against torchaudio's own outputs): everything else is transformers' code. The stand-in is removed afterwards."""
+    import importlib
+    import importlib.machinery
+    import sys
+    import types
+
+    from higgs_v3.codec_higgs_v3 import resample_audio
+
+    module_name = "transformers.models.higgs_audio_v2_tokenizer.modeling_higgs_audio_v2_tokenizer"
+    saved = {name: sys.modules.get(name) for name in ("torchaudio", module_name)}
+    stub = types.ModuleType("torchaudio")
+    stub.__spec__ = importlib.machinery.ModuleSpec("torchaudio", None)
+    stub.functional = types.SimpleNamespace(resample=resample_audio)
+    sys.modules["torchaudio"] = stub
+    sys.modules.pop(module_name, None)
+    yield importlib.import_module(module_name).HiggsAudioV2TokenizerModel
+    for name, module in saved.items():
+        if module is None:
+            sys.modules.pop(name, None)
+        else:
+            sys.modules[name] = module

@@ -11,6 +11,8 @@ single elements, so that a vectorisation mistake in the product cannot be repeat
 - `reference_generate`: one sequence, no cache, a full forward per step, the state machine and the sampling order
   (spec §6-§7) as worded.
 - `plain_prompt`, `clone_prompt`, `left_pad`: prompt ids in the spec's layouts (§3), with the real token ids.
+- `seeded_codec_state`: codec weights from a seeded generator, the same on every transformers release (for golden
+  codes).
 """
 
 from __future__ import annotations
@@ -200,6 +202,41 @@ def reference_generate(model, prompt, reference_rows=None, max_new_tokens=30, eo
     return torch.tensor(rows), machine.done
 
 
+# ------------------------------------------------------------------------------------------- codec weights (golden)
+def seeded_codec_state(
+    shapes: dict[str, tuple[int, ...]], seed: int = 0, acoustic_gain: float = 1.0
+) -> dict[str, torch.Tensor]:
+    """Codec weights drawn from `torch.Generator(seed)` tensor by tensor in name order, independent of how any
+    transformers release initializes the modules (so golden codes made once hold on every supported release).
+
+    Matrices get `randn / sqrt(fan_in)`, 1-D and snake `alpha` scales `1 + 0.1 * randn` (norm weights and snake
+    alphas must stay near 1), biases `0.1 * randn`, the VQ codebooks `randn`; the codebooks' EMA statistics, unused by
+    encode and decode, are zeros and `inited` is 1. `acoustic_gain` multiplies the acoustic encoder's output convolution,
+    so that the acoustic half of the features (and with it the half-frame padding of the acoustic input) decides codes
+    as much as the semantic half does.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    state = {}
+    for name in sorted(shapes):
+        shape = tuple(shapes[name])
+        draw = torch.randn(shape, generator=generator, dtype=torch.float32)
+        if name.endswith(".inited"):
+            tensor = torch.ones(shape)
+        elif name.endswith((".cluster_size", ".embed_avg")):
+            tensor = torch.zeros(shape)
+        elif name.endswith(".codebook.embed"):
+            tensor = draw
+        elif name.endswith(".alpha") or (len(shape) == 1 and name.endswith("weight")):
+            tensor = 1 + 0.1 * draw
+        elif len(shape) == 1:
+            tensor = 0.1 * draw
+        else:
+            tensor = draw / (draw[0].numel() ** 0.5)
+        state[name] = tensor
+    state["acoustic_encoder.conv2.weight"] = state["acoustic_encoder.conv2.weight"] * acoustic_gain  # DAC's output conv
+    return state
+
+
 __all__ = [
     "AUDIO",
     "BOC",
@@ -221,4 +258,5 @@ __all__ = [
     "reference_generate",
     "reverted_by_loop",
     "rows_to_codes_by_loop",
+    "seeded_codec_state",
 ]

@@ -22,7 +22,6 @@ import threading
 import numpy as np
 import pytest
 import soundfile
-import soxr
 import torch
 import torch.nn.functional as F
 from conftest import tiny_model
@@ -31,6 +30,7 @@ from transformers import AutoTokenizer
 
 from higgs_v3 import modeling_higgs_v3
 from higgs_v3.audio_io_higgs_v3 import HiggsAudioV3Voice
+from higgs_v3.codec_higgs_v3 import resample_audio
 from higgs_v3.delay_higgs_v3 import rows_to_codes
 from higgs_v3.processing_higgs_v3 import HiggsAudioV3Processor
 from higgs_v3.streaming_higgs_v3 import HiggsAudioV3AudioStreamer
@@ -127,7 +127,7 @@ def processor(tmp_path_factory, tts_model):
 def test_encode_reference_equals_the_codec_on_the_prepared_waveform(tts_model, codec, processor, tmp_path):
     clip = np.random.default_rng(2).uniform(-0.3, 0.3, size=8000).astype(np.float32)  # 0.5 s at 16 kHz
     voice = tts_model.encode_reference(clip, text="Hello there.", sampling_rate=16000)
-    waveform = F.pad(torch.from_numpy(soxr.resample(clip, 16000, 24000)), (0, 12000))  # 1 s at 24 kHz
+    waveform = F.pad(resample_audio(torch.from_numpy(clip), 16000, 24000), (0, 12000))  # 1 s at 24 kHz
     with torch.no_grad():
         expected = codec.encode(waveform[None, None])[0].T  # [25, 8]
     assert isinstance(voice, HiggsAudioV3Voice)

@@ -2,7 +2,7 @@
 """Tests of `audio_io_higgs_v3`: reference waveform preparation and its refusals, `save_audio`, voice files, and
 `HiggsAudioV3Voice.from_any` across two imports of the module.
 
-Expected waveforms are computed independently (numpy's mean over channels, soxr called directly, PCM scaled by hand);
+Expected waveforms are computed independently (numpy's mean over channels, `codec_higgs_v3.resample_audio`, checked against torchaudio's own outputs in test_resample.py, PCM scaled by hand);
 failure cases check the exact error text.
 """
 
@@ -14,10 +14,10 @@ import re
 import numpy as np
 import pytest
 import soundfile
-import soxr
 import torch
 
 from higgs_v3 import audio_io_higgs_v3
+from higgs_v3.codec_higgs_v3 import resample_audio
 from higgs_v3.audio_io_higgs_v3 import (
     MAX_REFERENCE_SECONDS,
     MIN_REFERENCE_SECONDS,
@@ -28,6 +28,11 @@ from higgs_v3.audio_io_higgs_v3 import (
 
 
 C = 8
+
+
+def torchaudio_like(samples: np.ndarray, rate: int) -> np.ndarray:
+    """`samples` at `rate` resampled to 24 kHz as torchaudio does (`resample_audio`, golden-checked in test_resample.py)."""
+    return resample_audio(torch.from_numpy(np.ascontiguousarray(samples, dtype=np.float32)), rate, 24000).numpy()
 
 
 def _prepared(audio, sampling_rate=None, **kwargs):
@@ -156,16 +161,16 @@ def test_stereo_is_mixed_to_mono_in_either_layout():
     assert torch.equal(_prepared(torch.from_numpy(stereo)[None], 24000), expected)  # [1, C, N]
 
 
-def test_resampled_to_24khz_with_soxr_and_short_clips_padded():
+def test_resampled_to_24khz_as_torchaudio_does_and_short_clips_padded():
     gen = np.random.default_rng(1)
     clip = gen.uniform(-0.5, 0.5, size=32000).astype(np.float32)  # 2 s at 16 kHz
     out = _prepared(clip, 16000)
     assert out.dtype == torch.float32 and out.shape == (48000,)
-    assert np.allclose(out.numpy(), soxr.resample(clip, 16000, 24000), atol=1e-6)
+    assert np.allclose(out.numpy(), torchaudio_like(clip, 16000), atol=1e-6)
     short = gen.uniform(-0.5, 0.5, size=4000).astype(np.float32)  # 0.25 s at 16 kHz -> 6000 samples at 24 kHz
     padded = _prepared(short, 16000)
     assert padded.shape == (24000,)
-    assert np.allclose(padded[:6000].numpy(), soxr.resample(short, 16000, 24000), atol=1e-6)
+    assert np.allclose(padded[:6000].numpy(), torchaudio_like(short, 16000), atol=1e-6)
     assert torch.count_nonzero(padded[6000:]) == 0
     assert _prepared(short, 16000, min_seconds=0.0).shape == (6000,)
 
@@ -187,7 +192,7 @@ def test_reference_from_file(tmp_path, suffix, subtype):
     soundfile.write(path, stereo, rate, subtype=subtype)
     data, file_rate = soundfile.read(path, dtype="float32", always_2d=True)
     assert file_rate == rate
-    expected = torch.from_numpy(soxr.resample(data.mean(axis=1), rate, 24000))
+    expected = torch.from_numpy(torchaudio_like(data.mean(axis=1), rate))
     assert expected.shape == (36000,)
     for given in (path, str(path)):
         assert torch.allclose(prepare_reference_waveform(given), expected, atol=1e-6, rtol=0)

@@ -4,12 +4,8 @@
 from __future__ import annotations
 
 import copy
-import importlib
-import importlib.util
 import math
 import re
-import sys
-import types
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +14,6 @@ import torch
 from torch import nn
 from transformers import HiggsAudioV2TokenizerConfig
 
-import higgs_v3.codec_higgs_v3 as codec_module
 from conftest import tiny_config
 from higgs_v3.codec_higgs_v3 import HiggsAudioV3Codec, build_codec_config, resample_audio
 from higgs_v3.configuration_higgs_v3 import REAL_CODEC_CONFIG
@@ -27,8 +22,6 @@ from higgs_v3.tiny_higgs_v3 import codec_state_dict_names, tiny_codec_config
 
 REFERENCE = Path(__file__).resolve().parent / "reference"  # verbatim copy of the spec's reference/ files
 CODEC_PREFIX = "tied.embedding.modality_embeddings.0.model."
-TORCHAUDIO_AVAILABLE = importlib.util.find_spec("torchaudio") is not None
-HIGGS_TOKENIZER_MODULE = "transformers.models.higgs_audio_v2_tokenizer.modeling_higgs_audio_v2_tokenizer"
 
 
 @pytest.fixture(scope="module")
@@ -250,6 +243,7 @@ def test_from_codec_config_is_fp32_under_bf16_default_dtype():
 
 
 # -------------------------------------------------------------------------------------------- resample
+# (the resampler itself: tests/test_resample.py; here, what the codec needs of it)
 def sine(frequency: float, rate: int, length: int, dtype=torch.float32) -> torch.Tensor:
     return torch.sin(2 * math.pi * frequency * torch.arange(length, dtype=torch.float64) / rate).to(dtype)
 
@@ -263,83 +257,29 @@ def test_resample_keeps_frequency_energy_and_timing():
     tone = sine(1000.0, 24000, 24000)  # 1 s of 1 kHz
     resampled = resample_audio(tone[None, None], 24000, 16000)[0, 0]  # [16000]
     interior = slice(400, 16000 - 400)
-    # Sample by sample against the tone sampled at 16 kHz: same frequency, amplitude and phase (no delay).
-    assert (resampled[interior] - sine(1000.0, 16000, 16000)[interior]).abs().max() < 1e-4
+    # Sample by sample against the tone sampled at 16 kHz: same frequency, amplitude and phase (no delay), up to the
+    # gentle passband droop of torchaudio's short filter (6 zero crossings: 0.05 % at 1 kHz).
+    assert (resampled[interior] - sine(1000.0, 16000, 16000)[interior]).abs().max() < 1e-3
     rms = resampled[interior].pow(2).mean().sqrt()
-    assert abs(float(rms) - 1 / math.sqrt(2)) < 1e-4
+    assert abs(float(rms) - 1 / math.sqrt(2)) < 1e-3
     spectrum = torch.fft.rfft(resampled.double()).abs()  # bins of 1 Hz over 1 s
     assert int(spectrum.argmax()) == 1000
 
 
-def test_resample_batches_keeps_dtype_and_device():
-    batch = torch.stack([sine(440.0, 24000, 4800), sine(3000.0, 24000, 4800)])[:, None]  # [2, 1, 4800]
-    together = resample_audio(batch, 24000, 16000)
-    apart = torch.cat([resample_audio(row[None], 24000, 16000) for row in batch])
-    assert together.shape == (2, 1, 3200)
-    assert torch.equal(together, apart)
-    assert resample_audio(batch.double(), 24000, 16000).dtype == torch.float64
-    assert resample_audio(batch.bfloat16(), 24000, 16000).dtype == torch.bfloat16
-    assert resample_audio(batch, 24000, 16000).device == batch.device
-    assert resample_audio(batch, 24000, 24000) is batch
-    with pytest.raises(ValueError, match=r"Only floating point audio can be resampled, got dtype torch.int64\."):
-        resample_audio(torch.zeros(1, 10, dtype=torch.long), 24000, 16000)
-
-
-def test_resample_without_soxr_raises(monkeypatch):
-    monkeypatch.setattr(codec_module, "soxr", None)
-    message = (
-        "Resampling audio from 24000 Hz to 16000 Hz needs the `soxr` package, which is not installed: "
-        "run `pip install soxr`."
-    )
-    with pytest.raises(ImportError, match=re.escape(message)):
-        resample_audio(torch.zeros(1, 10), 24000, 16000)
-
-
 # ---------------------------------------------------------------------------------------------- parity
-@pytest.fixture
-def transformers_class(monkeypatch):
-    """transformers' own `HiggsAudioV2TokenizerModel`. Without torchaudio, its module is imported with a stand-in
-    `torchaudio` whose `functional.resample` is our soxr resampler, so everything but the resampler is theirs."""
-    if not TORCHAUDIO_AVAILABLE:
-        stub = types.ModuleType("torchaudio")
-        stub.functional = types.SimpleNamespace(resample=resample_audio)
-        monkeypatch.setitem(sys.modules, "torchaudio", stub)
-    before = set(sys.modules)
-    module = importlib.import_module(HIGGS_TOKENIZER_MODULE)
-    yield module.HiggsAudioV2TokenizerModel
-    if not TORCHAUDIO_AVAILABLE:  # do not leave a module bound to the stand-in behind
-        for name in set(sys.modules) - before:
-            sys.modules.pop(name, None)
-
-
-def paired_models(transformers_class, codec):
-    theirs = transformers_class(build_codec_config(tiny_codec_config())).eval()
+def paired_models(transformers_tokenizer_class, codec):
+    theirs = transformers_tokenizer_class(build_codec_config(tiny_codec_config())).eval()
     theirs.load_state_dict(codec.state_dict(), strict=True)
     return theirs
 
 
-def test_outputs_match_transformers_class(transformers_class, codec):
-    theirs = paired_models(transformers_class, codec)
+def test_outputs_match_transformers_class(transformers_tokenizer_class, codec):
+    """transformers' class (with our resampler in torchaudio's place: tests/test_resample.py shows they agree) gives
+    our codes and waveforms."""
+    theirs = paired_models(transformers_tokenizer_class, codec)
     audio = torch.randn(2, 1, 2 * 24000 + 37)
     with torch.no_grad():
         expected = theirs.encode(audio, return_dict=False)
         codes = codec.encode(audio)
         assert torch.equal(codes, expected)
         torch.testing.assert_close(codec.decode(codes), theirs.decode(expected, return_dict=False), rtol=0, atol=0)
-
-
-@pytest.mark.skipif(not TORCHAUDIO_AVAILABLE, reason="torchaudio is not importable (no build for this torch); "
-                    "test_outputs_match_transformers_class covers everything but the resampler itself")
-def test_outputs_match_transformers_class_with_real_torchaudio(transformers_class, codec, monkeypatch):
-    import torchaudio
-
-    theirs = paired_models(transformers_class, codec)
-    audio = torch.randn(1, 1, 24000)
-    with torch.no_grad():
-        expected = theirs.encode(audio, return_dict=False)
-        monkeypatch.setattr(codec_module, "resample_audio", torchaudio.functional.resample)
-        assert torch.equal(codec.encode(audio), expected)
-    tone = sine(1000.0, 24000, 24000)[None, None] * 0.5 + sine(5000.0, 24000, 24000)[None, None] * 0.3
-    ours, reference = resample_audio(tone, 24000, 16000), torchaudio.functional.resample(tone, 24000, 16000)
-    assert ours.shape == reference.shape
-    assert (ours - reference)[..., 400:-400].abs().max() < 5e-3
