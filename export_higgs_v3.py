@@ -175,7 +175,16 @@ def _read_converted(directory: Path) -> tuple[HiggsAudioV3Config, dict[str, Sour
     tensors: dict[str, SourceTensor] = {}
     for name in files:
         tensors.update(read_header(directory / name))
-    return config, tensors
+    return config, {_LEGACY_WEIGHT_NORM.sub(_parametrization_name, name): t for name, t in tensors.items()}
+
+
+# transformers 5.5's `save_pretrained` writes a weight-normed convolution under torch's legacy names (`weight_g`,
+# `weight_v`); the codec's state_dict and the original use the parametrization names.
+_LEGACY_WEIGHT_NORM = re.compile(r"^(codec\..+)\.weight_([gv])$")
+
+
+def _parametrization_name(match: re.Match) -> str:
+    return f"{match.group(1)}.parametrizations.weight.original{0 if match.group(2) == 'g' else 1}"
 
 
 def _codec_shapes(codec_config: dict) -> dict[str, tuple[int, ...]]:
