@@ -54,8 +54,11 @@ MAY_IMPORT: dict[str, set[str]] = {
         "processing_higgs_v3",
         "tiny_higgs_v3",  # only inside the tiny-random demo model's builder, see below
     },
+    "batch_higgs_v3": {
+        "audio_io_higgs_v3", "chunking_higgs_v3", "longform_higgs_v3", "model_sources_higgs_v3", "sampling_higgs_v3",
+    },
     "cli_higgs_v3": {
-        "audio_io_higgs_v3", "chunking_higgs_v3", "convert_checkpoint", "generation_higgs_v3", "longform_higgs_v3",
+        "audio_io_higgs_v3", "batch_higgs_v3", "chunking_higgs_v3", "convert_checkpoint", "generation_higgs_v3", "longform_higgs_v3",
         "model_sources_higgs_v3", "processing_higgs_v3", "sampling_higgs_v3",
         "tiny_higgs_v3",  # only inside the demo command `make-tiny --original`, see below
     },
