@@ -108,7 +108,8 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
     # embedding vocab-parallel); the text head is sharded as Qwen3ForCausalLM's (tied to that embedding, so Shard(0)
     # like it) and gathered; the fused audio embedding and the audio head (one tied [8208, hidden] tensor, 42 MB in
     # bf16) stay whole on every rank: the decode step looks rows up with `F.embedding` on the weight, which a sharded
-    # weight would break, and the codec is not in the plan (replicated). ***
+    # weight would break, and the codec is not in the plan (replicated). transformers 5.5 applies the backbone's layer
+    # rules only (its `post_init` drops a class plan): the embeddings and heads stay whole there. ***
     _tp_plan = {"lm_head": "colwise_gather_output", **replicated("audio_embed", "audio_head")}
     # *** end Higgs v3 tensor parallel plan ***
 
