@@ -7,6 +7,7 @@ higgs-v3 speak --model bosonai/higgs-audio-v3-tts-4b --text-file chapter.txt --r
 higgs-v3 speak --dialogue --text-file play.txt --voice Ann=ann.wav:"Hi, I am Ann." --voice Bob=bob.safetensors -o play.wav
 higgs-v3 convert --input bosonai/higgs-audio-v3-tts-4b --output ./higgs-v3-hf     # the converter (convert_checkpoint)
 higgs-v3 make-tiny ./tiny                                            # the tiny random demo model, in the converted layout
+higgs-v3 batch manifest.jsonl --out-dir out/                         # many texts to many files, resumable (batch_higgs_v3)
 higgs-v3 tags                                                        # the inline control tags the model knows
 ```
 
@@ -95,6 +96,11 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser(
         "convert",
         help="convert the original checkpoint (options: higgs-v3 convert --help)",
+        add_help=False,
+    )
+    commands.add_parser(
+        "batch",
+        help="a JSONL manifest to one audio file per line, resumable, data-parallel (options: higgs-v3 batch --help)",
         add_help=False,
     )
     tiny = commands.add_parser(
@@ -576,6 +582,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if argv and argv[0] == "convert":
             return cmd_convert(argv[1:])
+        if argv and argv[0] == "batch":  # batch_higgs_v3 parses its own options
+            from .batch_higgs_v3 import main as batch_main
+
+            _quiet_libraries(verbose=False)
+            return batch_main(argv[1:])
         parser = build_parser()
         args = parser.parse_args(argv)
         if args.command is None:

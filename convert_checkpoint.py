@@ -4,6 +4,8 @@
     python -m higgs_v3.convert_checkpoint --input bosonai/higgs-audio-v3-tts-4b --output ./higgs-audio-v3-hf
     python convert_checkpoint.py --input ORIGINAL_DIR --output OUT_DIR [--dtype bfloat16|float16|float32]
         [--revision REV] [--max-shard-size 2GB] [--codec-config FILE] [--overwrite] [--push-to-hub REPO_ID [--private]]
+    python convert_checkpoint.py --to-original --input CONVERTED_DIR --output ORIGINAL_LAYOUT_DIR [--original DIR]
+        (the other direction, for the serving engines: `export_higgs_v3`)
 
 Four steps, each in its own module:
 
@@ -609,14 +611,46 @@ def _parser(prog: str) -> argparse.ArgumentParser:
                         "else the real codec's)")
     parser.add_argument("--without-codec", action="store_true", help="convert the language model only")
     parser.add_argument("--no-verify", action="store_true", help="skip the verification (not recommended)")
+    # *** export (export_higgs_v3): the other direction ***
+    parser.add_argument("--to-original", action="store_true",
+                        help="the other direction: write the converted (or fine-tuned) repo --input in the original "
+                        "layout (for vllm-omni / sglang-omni); takes --output, --dtype, --max-shard-size, --overwrite")
+    parser.add_argument("--original", default=None, metavar="DIR",
+                        help="with --to-original: the original checkpoint the repo was converted from (the codec's "
+                        "training-only tensor is copied from it; else zeros)")
     return parser
+
+
+def _export_main(args) -> int:
+    """`--to-original`: the export, printed as the conversion is. Options of the other direction are refused."""
+    from .export_higgs_v3 import export_to_original
+
+    given = [flag for flag, value in (("--revision", args.revision), ("--push-to-hub", args.push_to_hub),
+                                      ("--codec-config", args.codec_config), ("--without-codec", args.without_codec),
+                                      ("--no-verify", args.no_verify), ("--private", args.private)) if value]
+    if given:
+        raise ConversionError(f"{', '.join(given)} do(es) not apply to --to-original (it takes --input, --output, "
+                              "--dtype, --max-shard-size, --overwrite and --original).")
+    result = export_to_original(args.input, args.output, dtype=args.dtype, max_shard_size=args.max_shard_size,
+                                overwrite=args.overwrite, original=args.original)
+    print(f"Exported {result.num_tensors} tensors ({result.dtype}) in the original layout into {result.output_dir} "
+          f"({', '.join(result.shards)}).")
+    for name, how in sorted(result.filled.items()):
+        print(f"  {name}: {how}")
+    return 0
+    # *** end export ***
 
 
 def main(argv: list[str] | None = None, prog: str = "convert_checkpoint.py") -> int:
     """The command line: convert, print what was written, ignored and verified. Returns 0, or 1 after printing a
     `ConversionError` as one line."""
     args = _parser(prog).parse_args(argv)
+    if args.original is not None and not args.to_original:
+        print("error: --original only applies to --to-original.", file=sys.stderr)
+        return 1
     try:
+        if args.to_original:
+            return _export_main(args)
         result = convert(
             args.input,
             args.output,

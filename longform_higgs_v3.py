@@ -64,13 +64,15 @@ DEFAULT_BATCH_SIZE = 8
 @dataclass
 class SpeechJob:
     """One chunk to speak: its text, its index over the whole text or script (its seed is `seed + index`), the key of
-    its voice (None for long text, the speaker for dialogue) and, for dialogue, the speaker and script line."""
+    its voice (None for long text, the speaker for dialogue) and, for dialogue, the speaker and script line. `seed`,
+    when set, is the chunk's own seed instead of `seed + index` (batch synthesis: each item has its seed)."""
 
     text: str
     index: int
     voice_key: str | None = None
     speaker: str | None = None
     line_number: int | None = None
+    seed: int | None = None
 
 
 def speech_jobs(processor: HiggsAudioV3Processor, text: str, max_chars: int = DEFAULT_MAX_CHARS) -> list[SpeechJob]:
@@ -417,7 +419,7 @@ class _Synthesizer:
             batch = jobs[start : start + self.batch_size]
             began = time.perf_counter()
             inputs = self.processor([job.text for job in batch], reference=[voices.get(job.voice_key) for job in batch])
-            seeds = [self.base_seed + job.index for job in batch]
+            seeds = [self.base_seed + job.index if job.seed is None else job.seed for job in batch]
             output = self.model.generate(
                 **inputs.to(self.model.device), seed=seeds, return_dict_in_generate=True, output_audio=True,
                 streamer=display.streamer() if display else None, **self.generate_kwargs,

@@ -22,7 +22,7 @@ from transformers.utils import logging
 
 from .audio_io_higgs_v3 import AudioLike, HiggsAudioV3Voice, prepare_reference_waveform
 from .codec_higgs_v3 import HiggsAudioV3Codec
-from .compat_higgs_v3 import CACHE_KWARG, pop_cache
+from .compat_higgs_v3 import CACHE_KWARG, pop_cache, replicated
 from .configuration_higgs_v3 import HiggsAudioV3Config
 from .delay_higgs_v3 import HiggsAudioV3AudioSpec  # noqa: F401 (imported by configuration; see above)
 from .generation_higgs_v3 import HiggsAudioV3GenerationMixin, default_generation_config
@@ -104,6 +104,14 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
         "lm_head.weight": "model.embed_tokens.weight",
         "audio_head.weight": "audio_embed.weight",
     }
+    # *** Higgs v3 tensor parallel plan: the backbone's comes from Qwen3 (`config.base_model_tp_plan`, the token
+    # embedding vocab-parallel); the text head is sharded as Qwen3ForCausalLM's (tied to that embedding, so Shard(0)
+    # like it) and gathered; the fused audio embedding and the audio head (one tied [8208, hidden] tensor, 42 MB in
+    # bf16) stay whole on every rank: the decode step looks rows up with `F.embedding` on the weight, which a sharded
+    # weight would break, and the codec is not in the plan (replicated). transformers 5.5 applies the backbone's layer
+    # rules only (its `post_init` drops a class plan): the embeddings and heads stay whole there. ***
+    _tp_plan = {"lm_head": "colwise_gather_output", **replicated("audio_embed", "audio_head")}
+    # *** end Higgs v3 tensor parallel plan ***
 
     def __init__(self, config: HiggsAudioV3Config):
         super().__init__(config)

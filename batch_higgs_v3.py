@@ -1,0 +1,426 @@
+# Copyright 2026 the higgs-v3 authors. Licensed under the Apache License, Version 2.0.
+r"""Batch synthesis of a manifest: many texts to many audio files, resumable, data-parallel over processes.
+
+```
+higgs-v3 batch manifest.jsonl --out-dir out/ --model path/to/converted-repo           # one process
+accelerate launch --num_processes 4 -m higgs_v3.cli_higgs_v3 batch manifest.jsonl --out-dir out/   # 4 GPUs
+```
+
+The manifest has one JSON object per line (blank lines are skipped):
+
+    {"text": "Hello there.", "output": "hello", "seed": 7, "voice": "ann.safetensors"}
+    {"text": "A long chapter ...", "output": "chapter-01.wav", "reference": "me.wav", "reference_text": "..."}
+
+`text` (required; any length: it is chunked as `higgs-v3 speak` chunks it), `output` (required: a file name in
+`--out-dir`, `.wav` added when it has no audio suffix), `seed` (default: `--seed` plus the line's index, so a rerun
+draws the same), `voice` (a saved voice file), `reference` (a clip) with optional `reference_text`. Relative paths are
+read from the manifest's folder. Every line is checked (text, tags, files, seeds, names) before anything is generated.
+
+Each item is spoken as `synthesize_long(text, seed=seed, reference=...)` would speak it: chunk `k` uses seed
+`seed + k`, and since a sequence with a given seed gets the same codes alone or in any batch, an item's audio does not
+depend on the batch it shared, the process it ran on, or the number of processes. Items are grouped `--batch-size` at a
+time into `generate` calls (the longform synthesis core), and each finished item is written at once, atomically (a
+temporary file, then `os.replace`): its audio, then its record (`.higgs_v3_batch/<output>.json`: duration, finished
+flag, seed, chunks). An item is complete when both are there and the record matches the manifest line; a rerun skips
+complete items, so a run that was killed or crashed is finished by running it again, and nothing is generated twice.
+
+Data parallel: under `accelerate launch` (or `torchrun`) every process reads the manifest, the pending items are listed
+before any process writes, and `PartialState.split_between_processes` gives each process its share. Each process shows
+its own progress bar; at the end the main process writes `results.jsonl` (one line per item, manifest order, all
+processes' items) and prints the summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+RECORDS_DIR = ".higgs_v3_batch"
+"""Folder inside `--out-dir` with one record per completed item."""
+
+RESULTS_FILE = "results.jsonl"
+"""The results manifest written at the end of a run (every complete item, manifest order)."""
+
+MANIFEST_KEYS: dict[str, str] = {
+    "text": "the text to speak (required)",
+    "output": "the output file name (required)",
+    "seed": "the item's seed (an integer)",
+    "voice": "a saved voice file",
+    "reference": "a reference clip",
+    "reference_text": "the transcript of the reference clip",
+}
+"""The keys a manifest line may have."""
+
+AUDIO_SUFFIXES: tuple[str, ...] = (".wav", ".flac", ".ogg")
+"""Output suffixes written as such; any other name gets `.wav` appended."""
+
+EXIT_ERROR = 2
+
+
+@dataclass(frozen=True)
+class BatchItem:
+    """One manifest line, checked: its 1-based line number, its text, its output file name, seed and voice source
+    (`voice`: a saved voice file, or `reference` a clip with an optional `reference_text`; paths resolved)."""
+
+    line: int
+    text: str
+    output: str
+    seed: int
+    voice: str | None = None
+    reference: str | None = None
+    reference_text: str | None = None
+
+    def record_key(self) -> dict:
+        """What a record must match for the item to count as complete."""
+        return {"text": self.text, "seed": self.seed, "voice": self.voice, "reference": self.reference,
+                "reference_text": self.reference_text}
+
+
+@dataclass
+class BatchSummary:
+    """What a run did: items in the manifest, written now (per process), already complete, seconds of audio written
+    now, wall time, and the outputs whose speech was cut at the length limit (over all complete items)."""
+
+    total: int
+    written: dict[int, list[str]] = field(default_factory=dict)  # process index -> outputs written by it
+    skipped: int = 0
+    audio_seconds: float = 0.0
+    wall_seconds: float = 0.0
+    unfinished: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        count = sum(len(names) for names in self.written.values())
+        per_process = ", ".join(f"process {rank}: {len(names)}" for rank, names in sorted(self.written.items()))
+        unfinished = (f"{len(self.unfinished)} cut at the length limit: {', '.join(self.unfinished[:10])}"
+                      if self.unfinished else "none cut at the length limit")
+        return (f"Batch: {self.total} items, {count} written now ({per_process}), {self.skipped} already complete; "
+                f"{self.audio_seconds:.2f} s of audio in {self.wall_seconds:.2f} s; {unfinished}.")
+
+
+# ============================================================================================= the manifest
+def _output_name(value, where: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{where}: 'output' must be a non-empty file name, got {value!r}.")
+    name = value.strip()
+    if "/" in name or "\\" in name or name in (".", "..") or name.startswith("."):
+        raise ValueError(f"{where}: 'output' {value!r} must be a plain file name (no folder, not hidden); the file is "
+                         "written into --out-dir.")
+    return name if Path(name).suffix.lower() in AUDIO_SUFFIXES else name + ".wav"
+
+
+def read_manifest(path: str | os.PathLike, base_seed: int = 0) -> list[BatchItem]:
+    """The items of a JSONL manifest, each line checked (keys, types, seeds, files, unique outputs). Relative paths are
+    read from the manifest's folder. A line without `seed` gets `base_seed` plus its index (0-based, over the items).
+    Raises `ValueError` naming the line, or `OSError` when the manifest cannot be read."""
+    from .sampling_higgs_v3 import check_seed
+
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as error:
+        raise ValueError(f"The manifest {str(path)!r} is not UTF-8 text ({error}).") from error
+    items: list[BatchItem] = []
+    outputs: dict[str, int] = {}
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        where = f"{path.name} line {number}"
+        try:
+            entry = json.loads(raw)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{where} is not valid JSON ({error.msg}).") from None
+        if not isinstance(entry, dict):
+            raise ValueError(f"{where} must be a JSON object, got a {type(entry).__name__}.")
+        unknown = sorted(set(entry) - set(MANIFEST_KEYS))
+        if unknown:
+            raise ValueError(f"{where} has unknown key(s) {unknown}; accepted: {', '.join(MANIFEST_KEYS)}.")
+        text = entry.get("text")
+        if not isinstance(text, str) or not text.strip():
+            raise ValueError(f"{where}: 'text' must be a non-empty string, got {text!r}.")
+        output = _output_name(entry.get("output"), where)
+        if output in outputs:
+            raise ValueError(f"{where}: output {output!r} is already written by line {outputs[output]}; each item needs "
+                             "its own output name.")
+        outputs[output] = number
+        seed = entry.get("seed", base_seed + len(items))
+        seed = check_seed(seed, f"{where}: 'seed'")
+        if entry.get("voice") is not None and entry.get("reference") is not None:
+            raise ValueError(f"{where} has both 'voice' and 'reference'; give one.")
+        if entry.get("reference_text") is not None and entry.get("reference") is None:
+            raise ValueError(f"{where} has 'reference_text' without 'reference' (a saved voice carries its transcript).")
+        files = {}
+        for key in ("voice", "reference"):
+            value = entry.get(key)
+            if value is None:
+                continue
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"{where}: '{key}' must be a file path, got {value!r}.")
+            file = (path.parent / Path(value).expanduser()).resolve()
+            if not file.is_file():
+                raise ValueError(f"{where}: the {key} file {value!r} does not exist (relative paths are read from the "
+                                 f"manifest's folder, {str(path.parent.resolve())!r}).")
+            files[key] = str(file)
+        reference_text = entry.get("reference_text")
+        if reference_text is not None and not isinstance(reference_text, str):
+            raise ValueError(f"{where}: 'reference_text' must be a string, got {reference_text!r}.")
+        items.append(BatchItem(number, text, output, seed, files.get("voice"), files.get("reference"), reference_text))
+    if not items:
+        raise ValueError(f"The manifest {str(path)!r} has no items (one JSON object per line).")
+    return items
+
+
+# ============================================================================================= records
+def _record_path(out_dir: Path, item: BatchItem) -> Path:
+    return out_dir / RECORDS_DIR / f"{item.output}.json"
+
+
+def _read_record(out_dir: Path, item: BatchItem) -> dict | None:
+    """The item's record when the item is complete (audio and a record matching the line), else None."""
+    path = _record_path(out_dir, item)
+    if not path.is_file() or not (out_dir / item.output).is_file():
+        return None
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # a damaged record: the item is generated again
+    return record if {key: record.get(key) for key in item.record_key()} == item.record_key() else None
+
+
+def _write_atomically(path: Path, write) -> None:
+    """`write(temporary path)`, then `os.replace` onto `path`: a reader sees the old file or the whole new one."""
+    temporary = path.with_name(f".{path.stem}.{uuid.uuid4().hex[:8]}.tmp{path.suffix}")
+    try:
+        write(temporary)
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+def _write_text_atomically(path: Path, text: str) -> None:
+    _write_atomically(path, lambda temporary: temporary.write_text(text, encoding="utf-8"))
+
+
+# ============================================================================================= the run
+def _voice_for(model, processor, item: BatchItem):
+    from .longform_higgs_v3 import resolve_voice
+
+    where = f"the voice of line {item.line}"
+    if item.voice is not None:
+        return resolve_voice(model, processor, item.voice, where=where)
+    if item.reference is not None:
+        return resolve_voice(model, processor, item.reference, item.reference_text, where=where)
+    return None
+
+
+def _speak_group(model, processor, group: list[BatchItem], *, batch_size: int, max_chars: int, max_seconds,
+                 generate_kwargs: dict):
+    """The items of `group` spoken together: their chunks go through the longform synthesis core in `generate` calls
+    of `batch_size`, each chunk with its item's voice (or its item's first chunk's) and seed `item.seed + k`.
+    Returns `[(item, waveform, chunks)]` in group order."""
+    from .longform_higgs_v3 import DEFAULT_PAUSE_SECONDS, SpeechJob, _Synthesizer, speech_jobs
+
+    jobs, voices = [], {}
+    for position, item in enumerate(group):
+        voices[item.output] = _voice_for(model, processor, item)
+        for k, job in enumerate(speech_jobs(processor, item.text, max_chars)):
+            jobs.append(SpeechJob(job.text, len(jobs), voice_key=item.output, speaker=item.output,
+                                  line_number=position, seed=item.seed + k))
+    synthesizer = _Synthesizer(model, processor, pause_seconds=DEFAULT_PAUSE_SECONDS, batch_size=batch_size, seed=0,
+                               max_seconds=max_seconds, progress=False, generate_kwargs=generate_kwargs)
+    result = synthesizer.speak(jobs, voices)
+    waveforms = result.line_waveforms()  # one per item: its chunks joined with the pause, in group order
+    by_item = [[chunk for chunk in result.chunks if chunk.line_number == position] for position in range(len(group))]
+    return [(item, waveform, chunks) for item, (_, waveform), chunks in zip(group, waveforms, by_item)]
+
+
+def run_batch(
+    model,
+    processor,
+    items: list[BatchItem],
+    out_dir: str | os.PathLike,
+    *,
+    batch_size: int = 8,
+    max_chars: int | None = None,
+    max_seconds: float | None = None,
+    state=None,
+    progress: bool = True,
+    **generate_kwargs,
+) -> BatchSummary:
+    """Speak every pending item of `items` into `out_dir` (see the module docstring), this process's share of them when
+    `state` (an `accelerate.PartialState`) has several processes. Returns the summary (complete on the main process:
+    the written lists of every process)."""
+    from .chunking_higgs_v3 import DEFAULT_MAX_CHARS
+    from .sampling_higgs_v3 import check_seed
+
+    began = time.perf_counter()
+    out_dir = Path(out_dir)
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
+    for item in items:  # fail before any generation: tags, transcripts, the seed of the item's last possible chunk
+        processor.check_text(item.text, f"the text of line {item.line}")
+        if item.reference_text is not None:
+            processor.check_text(item.reference_text, f"the reference text of line {item.line}")
+        check_seed(item.seed, f"the seed of line {item.line}")
+    (out_dir / RECORDS_DIR).mkdir(parents=True, exist_ok=True)
+    pending = [item for item in items if _read_record(out_dir, item) is None]
+    rank, world = (state.process_index, state.num_processes) if state is not None else (0, 1)
+    if state is not None:
+        state.wait_for_everyone()  # every process listed the same pending items before any writes
+    if state is not None and world > 1:
+        with state.split_between_processes(pending) as share:
+            mine = list(share)
+    else:
+        mine = pending
+    written, seconds = [], 0.0
+    bar = _progress_bar(len(mine), rank, world) if progress else None
+    try:
+        for start in range(0, len(mine), batch_size):
+            spoken = _speak_group(model, processor, mine[start:start + batch_size], batch_size=batch_size,
+                                     max_chars=max_chars or DEFAULT_MAX_CHARS, max_seconds=max_seconds,
+                                     generate_kwargs=generate_kwargs)
+            for item, waveform, chunks in spoken:
+                seconds += _write_item(out_dir, item, waveform, chunks, model.config.sampling_rate, rank)
+                written.append(item.output)
+                if bar is not None:
+                    bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    all_written = {rank: written}
+    if state is not None and world > 1:
+        from accelerate.utils import gather_object
+
+        gathered = gather_object([(rank, written, seconds)])
+        all_written = {r: names for r, names, _ in gathered}
+        seconds = sum(s for _, _, s in gathered)
+        state.wait_for_everyone()
+    summary = BatchSummary(total=len(items), written=all_written, skipped=len(items) - len(pending),
+                           audio_seconds=seconds)
+    if rank == 0:
+        records = [_read_record(out_dir, item) for item in items]
+        lines = [json.dumps(record, ensure_ascii=False) for record in records if record is not None]
+        _write_text_atomically(out_dir / RESULTS_FILE, "\n".join(lines) + "\n")
+        summary.unfinished = [record["output"] for record in records if record is not None and not record["finished"]]
+    summary.wall_seconds = time.perf_counter() - began
+    return summary
+
+
+def _write_item(out_dir: Path, item: BatchItem, waveform, chunks, sampling_rate: int, rank: int) -> float:
+    """The item's audio, then its record, each written atomically. Returns its duration in seconds."""
+    from .audio_io_higgs_v3 import save_audio
+
+    _write_atomically(out_dir / item.output, lambda temporary: save_audio(waveform, temporary, sampling_rate))
+    duration = waveform.shape[-1] / sampling_rate
+    record = {
+        "output": item.output, "line": item.line, **item.record_key(), "duration": round(duration, 6),
+        "finished": all(chunk.finished for chunk in chunks), "chunks": len(chunks),
+        "unfinished_chunks": [k for k, chunk in enumerate(chunks) if not chunk.finished],
+        "chunk_seeds": [chunk.seed for chunk in chunks], "process": rank,
+    }
+    _write_text_atomically(_record_path(out_dir, item), json.dumps(record, ensure_ascii=False, indent=1) + "\n")
+    return duration
+
+
+def _progress_bar(total: int, rank: int, world: int):
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # pragma: no cover - tqdm comes with transformers
+        return None
+    label = f"process {rank}/{world}: " if world > 1 else "items: "
+    return tqdm(total=total, desc=label, position=rank, file=sys.stderr, leave=True, dynamic_ncols=True)
+
+
+# ============================================================================================= command line
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        self.exit(EXIT_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _positive(kind):
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
+        if not (math.isfinite(value) and value > 0):
+            raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+        return value
+
+    return parse
+
+
+def build_parser(prog: str = "higgs-v3 batch") -> argparse.ArgumentParser:
+    from .model_sources_higgs_v3 import DEFAULT_MODEL
+
+    parser = _Parser(prog=prog, description="Speak every line of a JSONL manifest into its own audio file (resumable; "
+                     "data-parallel under accelerate launch / torchrun).")
+    parser.add_argument("manifest", help="JSONL file, one item per line: text, output, and optionally seed, voice, "
+                        "reference, reference_text")
+    parser.add_argument("--out-dir", required=True, help="folder for the audio files, the records and results.jsonl")
+    parser.add_argument("--model", default=os.environ.get("HIGGS_V3_MODEL", DEFAULT_MODEL),
+                        help="tiny-random, a converted or original folder, or a Hub repo id")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, mps (under a launcher: each process's own)")
+    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    parser.add_argument("--batch-size", type=_positive(int), default=8, help="chunks per generate call (default 8)")
+    parser.add_argument("--max-seconds", type=_positive(float), default=None, help="audio limit per chunk")
+    parser.add_argument("--seed", type=int, default=0, help="base seed of the items without one (line index added)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return parser
+
+
+def main(argv: list[str] | None = None, prog: str = "higgs-v3 batch") -> int:
+    """`higgs-v3 batch`: read and check the manifest, load the model on this process's device, run, summarize."""
+    args = build_parser(prog).parse_args(argv)
+    items = read_manifest(args.manifest, base_seed=args.seed)
+    out_dir = Path(args.out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ValueError(f"--out-dir {args.out_dir!r} is a file; give a folder.")
+
+    from accelerate import PartialState
+
+    from .model_sources_higgs_v3 import TINY_RANDOM, TINY_RANDOM_MAX_SECONDS, load_model, load_processor, resolve_model
+
+    device = args.device
+    state = PartialState(cpu=device == "cpu" or (device == "auto" and not _has_accelerator()))
+    if state.num_processes > 1 and device == "auto":
+        device = str(state.device)  # each process on its own device
+    path = resolve_model(args.model, lambda message: print(message, file=sys.stderr))
+    processor = load_processor(path)
+    model = load_model(path, device, args.dtype)
+    max_seconds = args.max_seconds
+    if args.model == TINY_RANDOM and max_seconds is None:
+        max_seconds = TINY_RANDOM_MAX_SECONDS
+    summary = run_batch(model, processor, items, out_dir, batch_size=args.batch_size, max_seconds=max_seconds,
+                        state=state, progress=not args.no_progress)
+    if state.is_main_process:
+        print(summary.line())
+    return 0
+
+
+def _has_accelerator() -> bool:
+    import torch
+
+    return torch.cuda.is_available() or bool(getattr(torch.backends, "mps", None) and torch.backends.mps.is_available())
+
+
+__all__ = [
+    "AUDIO_SUFFIXES",
+    "BatchItem",
+    "BatchSummary",
+    "MANIFEST_KEYS",
+    "RECORDS_DIR",
+    "RESULTS_FILE",
+    "build_parser",
+    "main",
+    "read_manifest",
+    "run_batch",
+]

@@ -1,0 +1,193 @@
+"""`higgs-v3 batch` (`batch_higgs_v3`): the manifest's checks with their exact errors (unit layer); in the integration
+layer, a one-process run (every item written, a record and results.jsonl that say what was made, a rerun that skips
+everything), and a two-process `accelerate launch` killed mid-way whose rerun finishes it without redoing an item, the
+audio of every item identical to the one-process run (one launch: it is the expensive part)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from higgs_v3.batch_higgs_v3 import RECORDS_DIR, RESULTS_FILE, read_manifest
+from higgs_v3.cli_higgs_v3 import main as cli_main
+
+
+ROOT = Path(__file__).resolve().parents[1]
+TEXTS = ["Hello there.", "The quick brown fox jumps.", "Numbers like one, two and three.", "Good morning!",
+         "She sells sea shells.", "How are you today?", "Let us read another sentence aloud.", "Thank you very much."]
+OPTIONS = ["--model", "tiny-random", "--device", "cpu", "--max-seconds", "0.4", "--batch-size", "1"]
+
+
+def _manifest(directory: Path, lines: list) -> Path:
+    path = directory / "manifest.jsonl"
+    path.write_text("\n".join(line if isinstance(line, str) else json.dumps(line) for line in lines) + "\n",
+                    encoding="utf-8")
+    return path
+
+
+def _items() -> list[dict]:
+    """Eight items: explicit seeds on some, the default (`--seed` + index) on the others, one output with `.wav`."""
+    items = [{"text": text, "output": f"item{i}"} for i, text in enumerate(TEXTS)]
+    items[0]["seed"], items[3]["seed"], items[5]["output"] = 41, 7, "item5.wav"
+    return items
+
+
+def _batch(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = cli_main(["batch", *argv])
+    return code, out.getvalue(), err.getvalue()
+
+
+# ------------------------------------------------------------------------------------------------ manifest (unit)
+def test_manifest_items_seeds_and_paths(tmp_path):
+    (tmp_path / "voices").mkdir()
+    (tmp_path / "voices" / "ann.safetensors").write_bytes(b"x")
+    path = _manifest(tmp_path, [{"text": "One.", "output": "a"}, "", {"text": "Two.", "output": "b.flac", "seed": 5},
+                                {"text": "Three.", "output": "c", "voice": "voices/ann.safetensors"}])
+    items = read_manifest(path, base_seed=100)
+    assert [(i.line, i.output, i.seed) for i in items] == [(1, "a.wav", 100), (3, "b.flac", 5), (4, "c.wav", 102)]
+    assert items[2].voice == str((tmp_path / "voices" / "ann.safetensors").resolve())
+
+
+@pytest.mark.parametrize("lines, message", [
+    (["{not json"], "manifest.jsonl line 1 is not valid JSON (Expecting property name enclosed in double quotes)."),
+    (['["a"]'], "manifest.jsonl line 1 must be a JSON object, got a list."),
+    ([{"text": "Hi.", "output": "a", "speed": 2}], "manifest.jsonl line 1 has unknown key(s) ['speed']; accepted: "
+                                                   "text, output, seed, voice, reference, reference_text."),
+    ([{"text": " ", "output": "a"}], "manifest.jsonl line 1: 'text' must be a non-empty string, got ' '."),
+    ([{"text": "Hi."}], "manifest.jsonl line 1: 'output' must be a non-empty file name, got None."),
+    ([{"text": "Hi.", "output": "../a"}], "manifest.jsonl line 1: 'output' '../a' must be a plain file name (no "
+                                          "folder, not hidden); the file is written into --out-dir."),
+    ([{"text": "Hi.", "output": "a"}, {"text": "Yo.", "output": "a.wav"}],
+     "manifest.jsonl line 2: output 'a.wav' is already written by line 1; each item needs its own output name."),
+    ([{"text": "Hi.", "output": "a", "reference_text": "x"}],
+     "manifest.jsonl line 1 has 'reference_text' without 'reference' (a saved voice carries its transcript)."),
+    ([""], "has no items (one JSON object per line)."),
+])
+def test_manifest_refusals(tmp_path, lines, message):
+    with pytest.raises(ValueError) as error:
+        read_manifest(_manifest(tmp_path, lines))
+    assert str(error.value).endswith(message)
+
+
+def test_manifest_refusals_on_the_command_line(tmp_path):
+    path = _manifest(tmp_path, [{"text": "Hi.", "output": "a", "voice": "missing.safetensors"}])
+    code, out, err = _batch([str(path), "--out-dir", str(tmp_path / "out")])
+    assert (code, out) == (2, "")
+    assert err == (f"higgs-v3: error: manifest.jsonl line 1: the voice file 'missing.safetensors' does not exist "
+                   f"(relative paths are read from the manifest's folder, {str(tmp_path.resolve())!r}).\n")
+    code, _, err = _batch([str(_manifest(tmp_path, [{"text": "Hi.", "output": "a", "seed": -1}])),
+                           "--out-dir", str(tmp_path / "out")])
+    assert code == 2 and err.startswith("higgs-v3: error: manifest.jsonl line 1: 'seed' must be")
+    assert not (tmp_path / "out").exists()  # nothing is created before the manifest passes
+
+
+# -------------------------------------------------------------------------------------------- runs (integration)
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory) -> tuple[Path, Path, str]:
+    """The manifest spoken by one in-process run: (manifest, out dir, printed summary)."""
+    directory = tmp_path_factory.mktemp("batch")
+    manifest = _manifest(directory, _items())
+    code, out, err = _batch([str(manifest), "--out-dir", str(directory / "one"), *OPTIONS])
+    assert code == 0, err
+    return manifest, directory / "one", out
+
+
+def _records(out_dir: Path) -> dict[str, dict]:
+    return {p.name.removesuffix(".json"): json.loads(p.read_text()) for p in (out_dir / RECORDS_DIR).iterdir()}
+
+
+def _stamps(out_dir: Path) -> dict[str, tuple[int, int]]:
+    """(inode, mtime_ns) of every audio file and record: a file written again gets a new inode (os.replace)."""
+    files = list(out_dir.glob("*.wav")) + list((out_dir / RECORDS_DIR).iterdir())
+    return {str(p.relative_to(out_dir)): (p.stat().st_ino, p.stat().st_mtime_ns) for p in files}
+
+
+@pytest.mark.integration
+def test_one_process_writes_every_item_with_its_record(one_process):
+    manifest, out_dir, printed = one_process
+    outputs = [f"item{i}.wav" for i in range(8)]
+    assert sorted(p.name for p in out_dir.iterdir()) == sorted([*outputs, RECORDS_DIR, RESULTS_FILE])
+    results = [json.loads(line) for line in (out_dir / RESULTS_FILE).read_text().splitlines()]
+    assert [r["output"] for r in results] == outputs  # manifest order
+    assert [r["seed"] for r in results] == [41, 1, 2, 7, 4, 5, 6, 7]  # explicit, else --seed 0 + index
+    for record in results:
+        assert record["chunks"] == 1 and record["chunk_seeds"] == [record["seed"]] and record["process"] == 0
+        assert record["duration"] > 0 and record["finished"] is (record["unfinished_chunks"] == [])
+    assert _records(out_dir) == {r["output"]: r for r in results}
+    assert printed.startswith("Batch: 8 items, 8 written now (process 0: 8), 0 already complete; ")
+
+
+@pytest.mark.integration
+def test_a_rerun_skips_complete_items_and_redoes_a_changed_one(one_process, tmp_path):
+    manifest, out_dir, _ = one_process
+    copy = Path(shutil.copytree(out_dir, tmp_path / "copy"))
+    before = _stamps(copy)
+    items = _items()
+    items[2]["text"] = "A different text now."  # its record no longer matches: it is generated again
+    code, out, err = _batch([str(_manifest(tmp_path, items)), "--out-dir", str(copy), *OPTIONS])
+    assert code == 0, err
+    assert out.startswith("Batch: 8 items, 1 written now (process 0: 1), 7 already complete; ")
+    after = _stamps(copy)
+    changed = sorted(name for name in before if after[name] != before[name])
+    assert changed == [f"{RECORDS_DIR}/item2.wav.json", "item2.wav"]
+
+
+@pytest.mark.integration
+def test_two_processes_killed_mid_way_then_resumed_give_the_one_process_audio(one_process, tmp_path):
+    manifest, reference_dir, _ = one_process
+    out_dir = tmp_path / "two"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT.parent), os.environ.get("PYTHONPATH", "")]),
+           "OMP_NUM_THREADS": "1"}
+    launch = subprocess.Popen(
+        [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
+         "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "higgs_v3.cli_higgs_v3",
+         "batch", str(manifest), "--out-dir", str(out_dir), *OPTIONS, "--no-progress"],
+        env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+    )
+    deadline = time.monotonic() + 240
+    try:
+        while time.monotonic() < deadline and launch.poll() is None:
+            records = _records(out_dir) if (out_dir / RECORDS_DIR).is_dir() else {}
+            if {record["process"] for record in records.values()} == {0, 1}:
+                break  # both processes have written: kill the whole launch mid-way
+            time.sleep(0.02)
+    finally:
+        # Kill the launcher and every process it started (torchrun starts each worker in a session of its own).
+        processes = [launch.pid] + [child.pid for child in psutil.Process(launch.pid).children(recursive=True)]
+        for pid in processes:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        _, errors = launch.communicate(timeout=60)
+    killed = _records(out_dir)
+    assert {record["process"] for record in killed.values()} == {0, 1}, errors.decode()[-2000:]
+    assert 2 <= len(killed) < 8, f"the kill came too late to test a resume: {sorted(killed)}"
+    # The complete items of the killed run (a wav whose record was not yet written is not complete: it is redone).
+    before = {name: stamp for name, stamp in _stamps(out_dir).items()
+              if name.removeprefix(f"{RECORDS_DIR}/").removesuffix(".json") in killed}
+
+    code, out, err = _batch([str(manifest), "--out-dir", str(out_dir), *OPTIONS])  # the rerun, one process
+    assert code == 0, err
+    remaining = 8 - len(killed)
+    assert out.startswith(f"Batch: 8 items, {remaining} written now (process 0: {remaining}), {len(killed)} already "
+                          "complete; ")
+    after = _stamps(out_dir)
+    assert all(after[name] == stamp for name, stamp in before.items())  # nothing of the killed run written again
+    records = _records(out_dir)
+    assert sorted(records) == [f"item{i}.wav" for i in range(8)]  # every item exactly once: one record, one file
+    for name in records:
+        assert (out_dir / name).read_bytes() == (reference_dir / name).read_bytes(), name
+        assert {k: v for k, v in records[name].items() if k != "process"} == {
+            k: v for k, v in _records(reference_dir)[name].items() if k != "process"}

@@ -1,0 +1,201 @@
+"""The export back to the original layout (`export_higgs_v3`, `convert_checkpoint --to-original`): the inverse name
+table against the real checkpoint's tensor list, original -> converted -> original bit for bit (names, shapes, dtypes,
+values, config, tokenizer and codec config files), a fine-tuned model saved with `save_pretrained` exported and
+converted again with identical logits, untied heads, and every refusal with its exact error. The exports beyond the
+one round trip (zeros for the dropped tensor, the fine-tuned model, untied heads) are in the integration layer."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+from transformers import AutoProcessor
+
+from higgs_v3.convert_checkpoint import convert, main
+from higgs_v3.export_higgs_v3 import export_to_original, original_name
+from higgs_v3.modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
+from higgs_v3.original_format_higgs_v3 import TOKENIZER_CONFIG, ConversionError, read_codec_config_file
+from higgs_v3.tiny_higgs_v3 import write_tiny_original_checkpoint
+
+
+REFERENCE = Path(__file__).resolve().parent / "reference"  # the real checkpoint's metadata, verbatim
+CODEC_PREFIX = "tied.embedding.modality_embeddings.0.model."
+MASK = CODEC_PREFIX + "semantic_model.masked_spec_embed"
+ORIGINAL_FILES = ["LICENSE", "chat_template.jinja", "config.json", "higgs_audio_v2_tokenizer_config.json",
+                  "model.safetensors", "model.safetensors.index.json", "tokenizer.json", "tokenizer_config.json"]
+
+
+def _headers(directory: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
+    with safe_open(str(directory / "model.safetensors"), framework="pt") as f:
+        return {name: (f.get_slice(name).get_dtype(), tuple(f.get_slice(name).get_shape())) for name in f.keys()}
+
+
+def _run_main(argv: list[str]) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv)
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def original(tmp_path_factory) -> Path:
+    return write_tiny_original_checkpoint(tmp_path_factory.mktemp("orig") / "higgs-audio-v3-tts-4b")
+
+
+@pytest.fixture(scope="module")
+def converted(original, tmp_path_factory) -> Path:
+    output = tmp_path_factory.mktemp("conv") / "higgs-audio-v3-hf"
+    convert(original, output, verify=False)
+    return output
+
+
+@pytest.fixture(scope="module")
+def exported(original, converted, tmp_path_factory) -> tuple[Path, str]:
+    """The converted repo exported through the command line, with the original named for the dropped tensor."""
+    output = tmp_path_factory.mktemp("back") / "exported"
+    code, printed, errors = _run_main(["--to-original", "--input", str(converted), "--output", str(output),
+                                       "--original", str(original)])
+    assert code == 0, errors
+    return output, printed
+
+
+# --------------------------------------------------------------------------------------------------------- names
+def test_the_inverse_table_gives_back_every_name_of_the_real_checkpoint():
+    """Every tensor of the real checkpoint (its verbatim list) converted by `MAPPING_TABLE`'s rules, written out here,
+    comes back to its original name; the untied heads too."""
+    names = [line.split("\t")[0] for line in (REFERENCE / "checkpoint_tensors.tsv").read_text().splitlines() if line]
+    assert len(names) == 927
+    converted = {}
+    for name in names:
+        if name == MASK:
+            continue
+        if name.startswith(CODEC_PREFIX):
+            converted[name] = "codec." + name[len(CODEC_PREFIX):]
+        elif name.startswith("body.layers."):
+            converted[name] = "model.layers." + name[len("body.layers."):]
+        else:
+            converted[name] = {"tied.embedding.text_embedding.weight": "model.embed_tokens.weight",
+                               "tied.embedding.modality_embeddings.0.embedding.weight": "audio_embed.weight",
+                               "body.norm.weight": "model.norm.weight"}[name]
+    converted.update({"tied.head.text_head.weight": "lm_head.weight",
+                      "tied.head.modality_heads.0.weight": "audio_head.weight"})
+    assert {name: original_name(target) for name, target in converted.items()} == {n: n for n in converted}
+    with pytest.raises(ConversionError, match=r"^The repo has a tensor 'model\.layers\.0\.self_attn\.q_proj\.lora_A"
+                       r"\.weight' that has no place in the original checkpoint layout .* A LoRA adapter must be merged "
+                       r"first \(model\.merge_and_unload\(\)\) and saved with save_pretrained\.$"):
+        original_name("model.layers.0.self_attn.q_proj.lora_A.weight")
+
+
+# ---------------------------------------------------------------------------------------------------- round trip
+def test_original_converted_original_is_bit_identical(original, exported):
+    output, printed = exported
+    assert printed.splitlines() == [
+        f"Exported 393 tensors (bfloat16) in the original layout into {output} (model.safetensors).",
+        f"  {MASK}: copied from {original}",
+    ]
+    assert sorted(p.name for p in output.iterdir()) == ORIGINAL_FILES
+    assert _headers(output) == _headers(original)  # names, dtypes (all BF16), shapes
+    source, written = load_file(original / "model.safetensors"), load_file(output / "model.safetensors")
+    assert all(torch.equal(written[name], value) for name, value in source.items())
+    index = json.loads((output / "model.safetensors.index.json").read_text())
+    assert index == json.loads((original / "model.safetensors.index.json").read_text())
+    config, source_config = (json.loads((d / "config.json").read_text()) for d in (output, original))
+    assert config.pop("transformers_version") and source_config.pop("transformers_version") == "5.5.0"
+    assert config == source_config  # every key and value (rope_theta 1000000 == 1000000.0)
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "LICENSE"):
+        assert (output / name).read_bytes() == (original / name).read_bytes(), name
+    codec_file = "higgs_audio_v2_tokenizer_config.json"
+    assert read_codec_config_file(output / codec_file) == read_codec_config_file(original / codec_file)
+
+
+@pytest.mark.integration
+def test_without_the_original_the_dropped_tensor_is_zeros(original, converted, tmp_path):
+    result = export_to_original(converted, tmp_path / "out")
+    assert result.filled == {MASK: "zeros (the converted repo does not carry it; training-only, unused at inference)"}
+    written = load_file(tmp_path / "out" / "model.safetensors")
+    assert torch.equal(written[MASK], torch.zeros(32, dtype=torch.bfloat16))
+    assert set(written) == set(load_file(original / "model.safetensors"))
+
+
+@pytest.mark.integration
+def test_a_fine_tuned_model_exports_and_converts_back_with_identical_logits(converted, tmp_path):
+    """A model changed after loading (as fine-tuning or a LoRA merge changes it), saved with `save_pretrained` and
+    its processor (which rewrites tokenizer_config.json), exports; converting the export again gives the same model."""
+    model = HiggsAudioV3ForConditionalGeneration.from_pretrained(converted, dtype="auto").eval()
+    with torch.no_grad():
+        for parameter in (model.audio_embed.weight, model.model.layers[0].mlp.up_proj.weight):
+            parameter.add_(0.05 * torch.randn(parameter.shape, generator=torch.Generator().manual_seed(1)).to(
+                parameter.dtype))
+    tuned = tmp_path / "tuned"
+    model.save_pretrained(tuned)
+    AutoProcessor.from_pretrained(converted, trust_remote_code=True).save_pretrained(tuned)
+    export_to_original(tuned, tmp_path / "exported", max_shard_size="20KB")  # sharded: the index is the format's
+    assert json.loads((tmp_path / "exported" / "tokenizer_config.json").read_text()) == TOKENIZER_CONFIG
+    convert(tmp_path / "exported", tmp_path / "again", verify=False)
+    again = HiggsAudioV3ForConditionalGeneration.from_pretrained(tmp_path / "again", dtype="auto").eval()
+    ids = torch.tensor([[151667, 151672, 9707, 11, 1879, 151670]])
+    with torch.no_grad():
+        expected, got = model(input_ids=ids).logits, again(input_ids=ids).logits
+    assert torch.equal(got, expected)
+    assert not torch.equal(model.audio_embed.weight, HiggsAudioV3ForConditionalGeneration.from_pretrained(
+        converted, dtype="auto").audio_embed.weight)  # the tuning did change the model
+
+
+@pytest.mark.integration
+def test_untied_heads_come_back_under_their_names(tmp_path):
+    original = write_tiny_original_checkpoint(tmp_path / "untied", untied_heads=True, with_codec=False)
+    convert(original, tmp_path / "conv", verify=False, without_codec=True)
+    result = export_to_original(tmp_path / "conv", tmp_path / "back")
+    assert result.filled == {}
+    assert _headers(tmp_path / "back") == _headers(original)
+    source, written = load_file(original / "model.safetensors"), load_file(tmp_path / "back" / "model.safetensors")
+    assert all(torch.equal(written[name], value) for name, value in source.items())
+    config = json.loads((tmp_path / "back" / "config.json").read_text())
+    assert config["text_config"]["tie_word_embeddings"] is config["audio_encoder_config"]["tie_word_embeddings"] is False
+
+
+# ------------------------------------------------------------------------------------------------------ refusals
+def test_refusals(original, converted, tmp_path):
+    with pytest.raises(ConversionError, match=r"^config\.json in '.*' has model_type 'higgs_multimodal_qwen3'; the "
+                       r"export reads a converted repo \(model_type 'higgs_audio_v3'\)\. It is already in the original "
+                       r"layout\.$"):
+        export_to_original(original, tmp_path / "a")
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    (adapter / "adapter_config.json").write_text("{}")
+    with pytest.raises(ConversionError, match=r"has no config\.json; expected a converted Higgs Audio v3 repo\. It looks "
+                       r"like a PEFT adapter: merge it into the model \(model\.merge_and_unload\(\)\), then save that "
+                       r"with save_pretrained\.$"):
+        export_to_original(adapter, tmp_path / "a")
+    no_tokenizer = Path(shutil.copytree(converted, tmp_path / "no_tokenizer"))
+    (no_tokenizer / "tokenizer.json").unlink()
+    with pytest.raises(ConversionError, match=r"has no tokenizer\.json; the original layout needs the tokenizer\."):
+        export_to_original(no_tokenizer, tmp_path / "a")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["adapter", "no_tokenizer"]  # no staging folder left
+    extra = Path(shutil.copytree(converted, tmp_path / "extra"))
+    tensors = load_file(extra / "model.safetensors")
+    tensors["model.layers.2.input_layernorm.weight"] = tensors["model.layers.1.input_layernorm.weight"].clone()
+    save_file(tensors, str(extra / "model.safetensors"))
+    with pytest.raises(ConversionError, match=r"^The repo's tensors do not match its config\.json: unexpected "
+                       r"body\.layers\.2\.input_layernorm\.weight \(not part of a model with this config\)\.$"):
+        export_to_original(extra, tmp_path / "a")
+    kept = tmp_path / "kept"
+    kept.mkdir()
+    (kept / "keep.txt").write_text("precious")
+    code, _, errors = _run_main(["--to-original", "--input", str(converted), "--output", str(kept)])
+    assert (code, errors) == (1, f"error: The output folder {str(kept)!r} is not empty; pass --overwrite "
+                                 "(overwrite=True) to replace it.\n")
+    code, _, errors = _run_main(["--to-original", "--input", str(converted), "--output", str(kept),
+                                 "--push-to-hub", "a/b"])
+    assert errors == ("error: --push-to-hub do(es) not apply to --to-original (it takes --input, --output, --dtype, "
+                      "--max-shard-size, --overwrite and --original).\n")
+    code, _, errors = _run_main(["--input", str(original), "--output", str(kept), "--original", str(original)])
+    assert (code, errors) == (1, "error: --original only applies to --to-original.\n")
+    assert [p.name for p in kept.iterdir()] == ["keep.txt"]
