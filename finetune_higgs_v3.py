@@ -539,8 +539,9 @@ class FinetuneRun:
     def _sample(self, model, processor, default_text: str, output: Path) -> str | None:
         text = self.sample_text or default_text
         inputs = processor(text=text).to(model.device)
-        out = model.generate(**inputs, seed=self.seed, max_new_tokens=model.config.audio_spec.rows_for_seconds(10.0),
-                             return_dict_in_generate=True)
+        limit = model.config.audio_spec.rows_for_seconds(10.0)  # a short sample: at most 10 s, or the repo's own limit
+        limit = min(limit, model.generation_config.max_new_tokens or limit)
+        out = model.generate(**inputs, seed=self.seed, max_new_tokens=limit, return_dict_in_generate=True)
         if not out.audio:
             return None
         path = processor.save_audio(out.audio[0], output / "sample.wav")
