@@ -247,6 +247,15 @@ def test_prepare_examples_encodes_once_and_caches(tmp_path, processor, codec_mod
     assert (again.encoded, again.cache_hits) == (0, 2)  # the second epoch / run never runs the codec
     assert all(torch.equal(a["audio_input_ids"], b["audio_input_ids"]) for a, b in zip(again, dataset))
     assert not any(p.requires_grad for p in codec_model.codec.parameters())  # the codec is frozen in the model
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(json.dumps({"audio": "data/b.wav", "text": "Line b.", "ref_audio": "data/a.wav",
+                                    "ref_text": "Line a."}) + "\n", encoding="utf-8")
+    cloned = prepare_examples(codec_model, processor, load_speech_items(manifest), cache_dir=tmp_path / "cache")
+    assert (cloned.encoded, cloned.cache_hits) == (1, 1)  # the reference is encoded as a reference (padded to 1 s)
+    voice = codec_model.encode_reference(str(folder / "a.wav"), text="Line a.")
+    expected = processor(text="Line b.", audio_target=codec_model.encode_target(str(folder / "b.wav")), reference=voice)
+    for key in ("input_ids", "audio_input_ids", "audio_labels"):
+        assert torch.equal(cloned[0][key], expected[key][0]), key
     assert all(p.dtype == torch.float32 for p in codec_model.codec.parameters())
 
 
