@@ -308,8 +308,9 @@ class HiggsAudioV3SpeechDataset(torch.utils.data.Dataset):
     """Prepared training examples (unpadded `input_ids` `[L]`, `audio_input_ids` `[N, C]`, `audio_labels` `[L, C]`),
     with the names of their items. Batch them with `HiggsAudioV3DataCollator`."""
 
-    def __init__(self, examples: list[dict[str, torch.Tensor]], names: list[str]):
+    def __init__(self, examples: list[dict[str, torch.Tensor]], names: list[str], encoded: int = 0, cache_hits: int = 0):
         self.examples, self.names = examples, names
+        self.encoded, self.cache_hits = encoded, cache_hits  # clips the codec encoded / read from the codes cache
 
     def __len__(self) -> int:
         return len(self.examples)
@@ -376,9 +377,7 @@ def prepare_examples(
     logger.info(f"Prepared {len(examples)} examples: {cache.encoded} clips encoded, {cache.hits} read from the cache.")
     if not examples:
         raise ValueError(f"None of the {len(items)} items could be prepared for training.")
-    dataset = HiggsAudioV3SpeechDataset(examples, names)
-    dataset.cache_hits, dataset.encoded = cache.hits, cache.encoded
-    return dataset
+    return HiggsAudioV3SpeechDataset(examples, names, encoded=cache.encoded, cache_hits=cache.hits)
 
 
 # ================================================================================================== batches

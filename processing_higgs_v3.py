@@ -377,9 +377,9 @@ class HiggsAudioV3Processor(ProcessorMixin):
                     "higgs_v3.finetune_higgs_v3.prepare_examples does this for a whole dataset with an on-disk cache."
                 )
             target = HiggsAudioV3Voice.load(target)
-        if isinstance(target, tuple) or (isinstance(target, (np.ndarray, torch.Tensor)) and (
-            target.dtype in (np.float16, np.float32, np.float64) or (isinstance(target, torch.Tensor) and target.is_floating_point())
-        )):
+        floating = isinstance(target, torch.Tensor) and target.is_floating_point()
+        floating |= isinstance(target, np.ndarray) and np.issubdtype(target.dtype, np.floating)
+        if isinstance(target, tuple) or floating:
             raise ValueError(
                 f"{where[:1].upper() + where[1:]} is a waveform: the processor does not run the codec (the model owns it). "
                 "Encode it first, `codes = model.encode_target(samples, sampling_rate=rate)`, and pass the codes."
