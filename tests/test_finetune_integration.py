@@ -78,7 +78,7 @@ def test_full_finetune_overfits_with_checkpointing_accumulation_and_resume(proce
     assert not any(id(p) in optimized or p.grad is not None for p in model.codec.parameters())
     assert all(p.dtype == torch.float32 for p in model.codec.parameters())
     losses = [log["loss"] for log in trainer.state.log_history if "loss" in log]
-    assert losses[-1] < 0.3 < 5 < losses[0]
+    assert losses[-1] < 0.15 and losses[0] > 5  # the mean of steps 31-40; about 0.09 here
     assert_says_the_targets(model, processor)
 
     resumed_model = tiny_model(codec_config=tiny_codec_config()).train()
@@ -106,6 +106,9 @@ def test_lora_overfits_and_round_trips(processor, tmp_path):
     trainer = Trainer(model=model, args=training_arguments(tmp_path / "lora", max_steps=60, learning_rate=3e-2),
                       train_dataset=dataset(processor), data_collator=HiggsAudioV3DataCollator(processor))
     trainer.train()
+    # The loss levels off near 0.3 (the frozen final RMSNorm bounds the logits' scale, so no codebook gets a
+    # probability near 1), but every argmax is the target's: greedy generation says it exactly.
+    assert [log["loss"] for log in trainer.state.log_history if "loss" in log][-1] < 0.5
     assert_says_the_targets(model, processor)
     expected = [greedy_codes(model, processor, text).sequences for text in TEXTS]
 
