@@ -306,13 +306,17 @@ class HiggsAudioV3Processor(ProcessorMixin):
             audio_target: training targets, one per text: the speech the model should say, as raw codec codes
                 `[T, num_codebooks]` (`model.encode_target(clip)`), a `HiggsAudioV3Voice` or the path of a saved codes
                 / voice file (`.safetensors`, `.json`). Waveforms are refused: the codec is the model's. With a target
-                the call builds training examples instead of prompts (see `training_examples`).
+                the call builds training examples instead of prompts (see `_training_examples`).
             padding_side: "left" (default) or "right", for training examples only (prompts are always left padded).
 
         Returns:
             `BatchFeature` with `input_ids` `[B, L]` (placeholders at reference positions), `attention_mask` `[B, L]`
             (0 on left padding) and, when any text has a reference, `audio_input_ids` `[N, num_codebooks]`: the
             delayed reference rows of all placeholders, batch-major in placeholder order.
+
+            With `audio_target`, the training batch of `pad_training_examples` instead: `input_ids`, `attention_mask`,
+            `position_ids` `[B, L]`, `audio_input_ids` `[B, N, num_codebooks]` with `audio_input_ids_mask` `[B, N]`,
+            and `audio_labels` `[B, L, num_codebooks]`, all accepted by the model's `forward`.
         """
         if return_tensors not in ("pt", "np", None):
             raise ValueError(f"return_tensors must be 'pt', 'np' or None, got {return_tensors!r}.")
