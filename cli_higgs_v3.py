@@ -151,7 +151,8 @@ def _add_finetune_parser(commands) -> None:
     tune.add_argument("--sample-text", help="text of the sample spoken at the end (default: the first transcript)")
     tune.add_argument("--push-to-hub", metavar="REPO_ID", help="upload model/ (or adapter/ with --push-adapter)")
     tune.add_argument("--push-adapter", action="store_true", help="with --lora: push the adapter, not the merged model")
-    tune.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
+    tune.add_argument("--device", default="auto", choices=["auto", "cpu"],
+                      help="auto: the Trainer's device (a visible GPU, else the CPU); cpu: the CPU")
     tune.add_argument("--quiet", action="store_true", help="no progress, only the summary")
 
 

@@ -499,6 +499,11 @@ class FinetuneRun:
     def validate(self) -> None:
         if self.push_adapter and not self.lora:
             raise ValueError("--push-adapter pushes a LoRA adapter: add --lora (or push the full model without it).")
+        if self.device not in ("auto", "cpu"):
+            raise ValueError(
+                f"--device {self.device!r}: fine-tuning runs on the Trainer's device (a GPU when one is visible; choose "
+                "it with CUDA_VISIBLE_DEVICES) or, with --device cpu, on the CPU."
+            )
         if not 0 <= self.held_out < 1:
             raise ValueError(f"--held-out must be a fraction in [0, 1), got {self.held_out}.")
         if self.resume and not any(Path(self.output).glob("checkpoint-*")):
@@ -566,7 +571,6 @@ class FinetuneRun:
         started = time.perf_counter()
         result = trainer.train(resume_from_checkpoint=True if self.resume else None)
         seconds = time.perf_counter() - started
-        trainer.save_model(str(output / "last"))  # the trained state (adapter or full), as Trainer writes it
         summary = {"train_loss": result.training_loss, "steps": result.global_step, "seconds": seconds,
                    "skipped": len(skipped), "examples": len(train_set)}
         if eval_set is not None:
