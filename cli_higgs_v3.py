@@ -185,8 +185,17 @@ def cmd_finetune(args) -> int:
           + (f", adapter in {summary['adapter']}" if "adapter" in summary else "")
           + (f", sample {summary['sample']}" if summary.get("sample") else "")
           + (f"; pushed {summary['pushed']}" if summary.get("pushed") else "")
-          + (f"; skipped {summary['skipped']} bad items (named above)" if summary["skipped"] else "") + ".", flush=True)
+          + _skipped_note(summary["skipped"]) + ".", flush=True)
     return 0
+
+
+def _skipped_note(skipped: list[str]) -> str:
+    """`; skipped 2 bad items (a, b)`: the items `--skip-invalid` left out, by name (the reasons are in the log)."""
+    if not skipped:
+        return ""
+    names = [reason.split(": ", 1)[0] for reason in skipped]
+    shown = ", ".join(names[:5]) + (f", and {len(names) - 5} more" if len(names) > 5 else "")
+    return f"; skipped {len(names)} bad item{'s' if len(names) > 1 else ''} ({shown})"
 
 
 def _add_speak_parser(commands) -> None:

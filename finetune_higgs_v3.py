@@ -572,7 +572,7 @@ class FinetuneRun:
         result = trainer.train(resume_from_checkpoint=True if self.resume else None)
         seconds = time.perf_counter() - started
         summary = {"train_loss": result.training_loss, "steps": result.global_step, "seconds": seconds,
-                   "skipped": len(skipped), "examples": len(train_set)}
+                   "skipped": skipped, "examples": len(train_set)}
         if eval_set is not None:
             summary["eval_loss"] = trainer.evaluate()["eval_loss"]  # logged by `_Progress`
         model = model.eval()

@@ -6,6 +6,7 @@ accumulation, resuming; the adapter's save / load / merge round trip; the merged
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -129,8 +130,10 @@ def test_lora_overfits_and_round_trips(processor, tmp_path):
 
 def test_finetune_command(tmp_path, monkeypatch, capsys):
     """`higgs-v3 finetune` on a folder of wav + txt pairs with the tiny random model (its codec encodes the clips):
-    progress lines with the loss and the held-out loss, checkpoints, the tuned model and adapter, a sample; a resumed
-    run reads every clip from the codes cache; --push-to-hub uploads the folder checked here; bad data is one line."""
+    progress lines with the loss and the held-out loss, checkpoints, the tuned model and adapter, a sample;
+    --push-to-hub uploads the folder checked here (the merged repo, or the adapter with --push-adapter, after a resumed
+    run); bad data is one line naming the item, or skipped and counted with --skip-invalid (a bf16 run with gradient
+    checkpointing)."""
     import numpy as np
     import soundfile
 
@@ -160,16 +163,30 @@ def test_finetune_command(tmp_path, monkeypatch, capsys):
     assert config["auto_map"]["AutoModel"].endswith("HiggsAudioV3ForConditionalGeneration")
     assert (out / "model" / "processor_config.json").is_file() and (out / "model" / "tokenizer.json").is_file()
 
-    assert cli_higgs_v3.main([*common, "--max-steps", "6", "--resume", "--quiet"]) == 0
-    captured = capsys.readouterr()
-    assert captured.out.startswith("Fine-tuned 6 steps") and captured.err == ""
-    assert (out / "checkpoint-6").is_dir()
-
-    (data / "line9.wav").write_bytes((data / "line0.wav").read_bytes())
+    (data / "line9.wav").write_bytes((data / "line0.wav").read_bytes())  # no transcript
     assert cli_higgs_v3.main([*common, "--output", str(tmp_path / "bad")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("higgs-v3: error: line9: ") and "has no transcript" in err and "\n" not in err
-    assert cli_higgs_v3.main([*common, "--output", str(tmp_path / "skip"), "--skip-invalid", "--max-steps", "1",
-                              "--held-out", "0"]) == 0
+
+    import huggingface_hub
+
+    class FakeApi:  # the adapter goes up with HfApi.upload_folder
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def create_repo(self, repo_id, **kwargs):
+            pushed.append(("create", repo_id))
+
+        def upload_folder(self, repo_id, folder_path, **kwargs):
+            assert (Path(folder_path) / "adapter_config.json").is_file()
+            pushed.append((Path(folder_path), repo_id))
+            return f"https://hub/{repo_id}/commit"
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
+    assert cli_higgs_v3.main([*common, "--max-steps", "6", "--resume", "--skip-invalid", "--bf16",
+                              "--gradient-checkpointing", "--push-to-hub", "me/adapter", "--push-adapter"]) == 0
     captured = capsys.readouterr()
-    assert "Skipped line9: " in captured.err and "; skipped 1 bad items (named above)." in captured.out
+    assert "Skipped line9: " in captured.err and "0 clips encoded, 3 from the cache" in captured.err
+    assert captured.out.startswith("Fine-tuned 6 steps") and "pushed https://hub/me/adapter/commit" in captured.out
+    assert captured.out.rstrip().endswith("; skipped 1 bad item (line9).")
+    assert (out / "checkpoint-6").is_dir() and pushed[1:] == [("create", "me/adapter"), (out / "adapter", "me/adapter")]
