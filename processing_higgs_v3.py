@@ -339,8 +339,10 @@ class HiggsAudioV3Processor(ProcessorMixin):
                 self._check_target(target, f"the audio_target of text {i}" if batch_size > 1 else "the audio_target")
                 for i, target in enumerate(self._per_row(audio_target, "audio_target", batch_size))
             ]
-            examples = self._training_examples(texts, references, targets)
-            return BatchFeature(self.pad_training_examples(examples, padding_side), tensor_type=return_tensors)
+            batch = self.pad_training_examples(self._training_examples(texts, references, targets), padding_side)
+            if return_tensors != "pt":
+                batch = {key: value.numpy() if return_tensors == "np" else value.tolist() for key, value in batch.items()}
+            return BatchFeature(batch, tensor_type=return_tensors)
         # *** end training examples ***
         return BatchFeature(self._prompts(texts, references), tensor_type=return_tensors)
 

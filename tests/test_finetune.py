@@ -120,6 +120,11 @@ def test_target_refusals(processor, tmp_path):
         processor(text="<|emotion:angri|>Hi.", audio_target=random_codes(9, 0))
     with pytest.raises(ValueError, match=r"padding_side must be 'left' or 'right', got 'middle'"):
         processor(text="Hi.", audio_target=random_codes(9, 0), padding_side="middle")
+    as_lists = processor(text="Hi.", audio_target=random_codes(9, 0), return_tensors=None)
+    as_numpy = processor(text="Hi.", audio_target=random_codes(9, 0), return_tensors="np")
+    as_torch = processor(text="Hi.", audio_target=random_codes(9, 0))
+    for key, value in as_torch.items():
+        assert as_lists[key] == value.tolist() and (as_numpy[key] == value.numpy()).all(), key
     saved = HiggsAudioV3Voice(codes=random_codes(9, 4)).save(tmp_path / "t.safetensors")
     assert torch.equal(processor(text="Hi.", audio_target=saved)["audio_input_ids"][0], delayed_by_loop(random_codes(9, 4)))
 
