@@ -79,7 +79,7 @@ def test_full_finetune_overfits_with_checkpointing_accumulation_and_resume(proce
     assert not any(id(p) in optimized or p.grad is not None for p in model.codec.parameters())
     assert all(p.dtype == torch.float32 for p in model.codec.parameters())
     losses = [log["loss"] for log in trainer.state.log_history if "loss" in log]
-    assert losses[-1] < 0.15 and losses[0] > 5  # the mean of steps 31-40; about 0.09 here
+    assert losses[-1] < 0.25 and losses[0] > 5  # the mean of steps 31-40: 0.09 (transformers 5.24), 0.16 (5.5)
     assert_says_the_targets(model, processor)
 
     resumed_model = tiny_model(codec_config=tiny_codec_config()).train()
