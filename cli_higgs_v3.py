@@ -149,6 +149,8 @@ def _add_finetune_parser(commands) -> None:
     tune.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --output")
     tune.add_argument("--seed", type=_number("--seed", int), default=0)
     tune.add_argument("--sample-text", help="text of the sample spoken at the end (default: the first transcript)")
+    tune.add_argument("--sample-seconds", type=_number("--sample-seconds", float, "0 or more", lambda x: x >= 0),
+                      default=10.0, help="longest sample (default 10; 0: no sample)")
     tune.add_argument("--push-to-hub", metavar="REPO_ID", help="upload model/ (or adapter/ with --push-adapter)")
     tune.add_argument("--push-adapter", action="store_true", help="with --lora: push the adapter, not the merged model")
     tune.add_argument("--device", default="auto", choices=["auto", "cpu"],
@@ -174,6 +176,7 @@ def cmd_finetune(args) -> int:
         gradient_accumulation_steps=args.gradient_accumulation, gradient_checkpointing=args.gradient_checkpointing,
         bf16=args.bf16, held_out=args.held_out, max_seconds=args.max_seconds, skip_invalid=args.skip_invalid,
         save_steps=args.save_steps, resume=args.resume, seed=args.seed, sample_text=args.sample_text,
+        sample_seconds=args.sample_seconds,
         push_to_hub=args.push_to_hub, push_adapter=args.push_adapter, device=args.device, log=log,
         progress=not args.quiet,
     )

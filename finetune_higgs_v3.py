@@ -490,6 +490,7 @@ class FinetuneRun:
     lora_rank: int = 16
     seed: int = 0
     sample_text: str | None = None
+    sample_seconds: float = 10.0
     push_to_hub: str | None = None
     push_adapter: bool = False
     device: str = "auto"
@@ -581,7 +582,7 @@ class FinetuneRun:
             summary["adapter"] = str(output / "adapter")
             model = model.merge_and_unload()
         summary["model"] = str(save_full_repo(model, processor, output / "model"))
-        summary["sample"] = self._sample(model, processor, items[0].text, output)
+        summary["sample"] = self._sample(model, processor, items[0].text, output) if self.sample_seconds > 0 else None
         if self.push_to_hub:
             summary["pushed"] = self._push(output)
         return summary
@@ -589,7 +590,7 @@ class FinetuneRun:
     def _sample(self, model, processor, default_text: str, output: Path) -> str | None:
         text = self.sample_text or default_text
         inputs = processor(text=text).to(model.device)
-        limit = model.config.audio_spec.rows_for_seconds(10.0)  # a short sample: at most 10 s, or the repo's own limit
+        limit = model.config.audio_spec.rows_for_seconds(self.sample_seconds)  # or the repo's own limit if lower
         limit = min(limit, model.generation_config.max_new_tokens or limit)
         out = model.generate(**inputs, seed=self.seed, max_new_tokens=limit, return_dict_in_generate=True)
         if not out.audio:

@@ -155,6 +155,7 @@ def test_finetune_command(tmp_path, monkeypatch, capsys):
     captured = capsys.readouterr()
     assert "2 training and 1 held-out examples (3 clips encoded, 0 from the cache)" in captured.err
     assert "step 4/4: loss " in captured.err and "held-out loss " in captured.err
+    assert f"Sample: 'Line number 0.' -> {out / 'sample.wav'} (" in captured.err
     assert captured.out.startswith("Fine-tuned 4 steps in ") and "pushed https://hub/me/tuned" in captured.out
     assert {p.name for p in out.glob("checkpoint-*")} == {"checkpoint-2", "checkpoint-4"}
     assert (out / "adapter" / "adapter_config.json").is_file() and (out / "sample.wav").is_file()
@@ -184,7 +185,8 @@ def test_finetune_command(tmp_path, monkeypatch, capsys):
 
     monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
     assert cli_higgs_v3.main([*common, "--max-steps", "6", "--resume", "--skip-invalid", "--bf16",
-                              "--gradient-checkpointing", "--push-to-hub", "me/adapter", "--push-adapter"]) == 0
+                              "--gradient-checkpointing", "--push-to-hub", "me/adapter", "--push-adapter",
+                              "--sample-seconds", "0"]) == 0
     captured = capsys.readouterr()
     assert "Skipped line9: " in captured.err and "0 clips encoded, 3 from the cache" in captured.err
     assert captured.out.startswith("Fine-tuned 6 steps") and "pushed https://hub/me/adapter/commit" in captured.out
