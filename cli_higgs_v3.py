@@ -113,11 +113,98 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.add_argument("--seed", type=_number("--seed", int), default=0)
     tiny.add_argument("--original", action="store_true", help="the original checkpoint layout instead")
     tiny.add_argument("--no-codec", action="store_true", help="leave the codec out")
+    _add_finetune_parser(commands)
     tags = commands.add_parser("tags", help="list the inline control tags",
                                description="List the inline control tags of the model's tokenizer.")
     tags.add_argument("--model", default=os.environ.get("HIGGS_V3_MODEL", TINY_RANDOM),
                       help=f"whose tokenizer to read (default: $HIGGS_V3_MODEL or {TINY_RANDOM})")
     return parser
+
+
+def _add_finetune_parser(commands) -> None:
+    tune = commands.add_parser(
+        "finetune",
+        help="fine-tune on your recordings (a voice, a language), fully or with LoRA",
+        description="Fine-tune a model on a folder of name.wav + name.txt pairs or a JSONL manifest (audio, text, "
+        "optional ref_audio, ref_text) with transformers' Trainer. OUTPUT receives checkpoint-N folders (--resume), "
+        "model/ (the tuned model, LoRA merged, loadable with trust_remote_code=True), adapter/ (--lora), sample.wav "
+        "and codes_cache/ (the encoded clips, reused by later runs). Needs the train extra: pip install 'higgs-v3[train]'.",
+    )
+    tune.add_argument("--data", required=True, help="a folder of name.wav + name.txt pairs, or a .jsonl manifest")
+    tune.add_argument("--model", default=os.environ.get("HIGGS_V3_MODEL", DEFAULT_MODEL),
+                      help=f"the model to start from, as for speak (default: $HIGGS_V3_MODEL or {DEFAULT_MODEL})")
+    tune.add_argument("--output", required=True, help="folder for checkpoints, the tuned model and the sample")
+    tune.add_argument("--lora", action="store_true", help="train a LoRA adapter on the backbone's projections only")
+    tune.add_argument("--lora-rank", type=_positive("--lora-rank", int), default=16)
+    tune.add_argument("--epochs", type=_positive("--epochs"), default=3.0)
+    tune.add_argument("--max-steps", type=_positive("--max-steps", int), default=-1,
+                      help="stop after this many optimizer steps (overrides --epochs)")
+    tune.add_argument("--learning-rate", type=_positive("--learning-rate"), default=None,
+                      help="default 1e-4 with --lora, 1e-5 without")
+    tune.add_argument("--batch-size", type=_positive("--batch-size", int), default=1)
+    tune.add_argument("--gradient-accumulation", type=_positive("--gradient-accumulation", int), default=1)
+    tune.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations (less memory)")
+    tune.add_argument("--bf16", action="store_true", help="bfloat16 mixed precision (the codec stays float32)")
+    tune.add_argument("--held-out", type=_number("--held-out", float, "a fraction in [0, 1)", lambda x: 0 <= x < 1),
+                      default=0.1, help="fraction of the items kept out of training for the held-out loss")
+    tune.add_argument("--max-seconds", type=_positive("--max-seconds"), default=30.0,
+                      help="longest accepted clip (default 30)")
+    tune.add_argument("--skip-invalid", action="store_true",
+                      help="skip bad items (counted and named in the log) instead of stopping at the first")
+    tune.add_argument("--save-steps", type=_positive("--save-steps", int), default=200)
+    tune.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --output")
+    tune.add_argument("--seed", type=_number("--seed", int), default=0)
+    tune.add_argument("--sample-text", help="text of the sample spoken at the end (default: the first transcript)")
+    tune.add_argument("--sample-seconds", type=_number("--sample-seconds", float, "0 or more", lambda x: x >= 0),
+                      default=10.0, help="longest sample (default 10; 0: no sample)")
+    tune.add_argument("--push-to-hub", metavar="REPO_ID", help="upload model/ (or adapter/ with --push-adapter)")
+    tune.add_argument("--push-adapter", action="store_true", help="with --lora: push the adapter, not the merged model")
+    tune.add_argument("--device", default="auto", choices=["auto", "cpu"],
+                      help="auto: the Trainer's device (a visible GPU, else the CPU); cpu: the CPU")
+    tune.add_argument("--quiet", action="store_true", help="no progress, only the summary")
+
+
+def cmd_finetune(args) -> int:
+    """Check the options and files, then train (see `finetune_higgs_v3.FinetuneRun`), then one summary line."""
+    if not os.path.exists(args.data):
+        raise CliError(f"--data {args.data!r} does not exist; give a folder of name.wav + name.txt pairs or a .jsonl manifest.")
+
+    def log(message: str) -> None:
+        if not args.quiet:
+            print(message, file=sys.stderr, flush=True)
+
+    from .finetune_higgs_v3 import FinetuneRun
+
+    _quiet_libraries(verbose=False)  # the libraries' bars and warnings off: the run reports through `log`
+    run = FinetuneRun(
+        data=args.data, model=args.model, output=args.output, lora=args.lora, lora_rank=args.lora_rank,
+        epochs=args.epochs, max_steps=args.max_steps, learning_rate=args.learning_rate, batch_size=args.batch_size,
+        gradient_accumulation_steps=args.gradient_accumulation, gradient_checkpointing=args.gradient_checkpointing,
+        bf16=args.bf16, held_out=args.held_out, max_seconds=args.max_seconds, skip_invalid=args.skip_invalid,
+        save_steps=args.save_steps, resume=args.resume, seed=args.seed, sample_text=args.sample_text,
+        sample_seconds=args.sample_seconds,
+        push_to_hub=args.push_to_hub, push_adapter=args.push_adapter, device=args.device, log=log,
+        progress=not args.quiet,
+    )
+    run.validate()
+    summary = run.run()
+    held = f", held-out loss {summary['eval_loss']:.4f}" if "eval_loss" in summary else ""
+    print(f"Fine-tuned {summary['steps']} steps in {summary['seconds']:.1f} s: training loss "
+          f"{summary['train_loss']:.4f}{held}; model in {summary['model']}"
+          + (f", adapter in {summary['adapter']}" if "adapter" in summary else "")
+          + (f", sample {summary['sample']}" if summary.get("sample") else "")
+          + (f"; pushed {summary['pushed']}" if summary.get("pushed") else "")
+          + _skipped_note(summary["skipped"]) + ".", flush=True)
+    return 0
+
+
+def _skipped_note(skipped: list[str]) -> str:
+    """`; skipped 2 bad items (a, b)`: the items `--skip-invalid` left out, by name (the reasons are in the log)."""
+    if not skipped:
+        return ""
+    names = [reason.split(": ", 1)[0] for reason in skipped]
+    shown = ", ".join(names[:5]) + (f", and {len(names) - 5} more" if len(names) > 5 else "")
+    return f"; skipped {len(names)} bad item{'s' if len(names) > 1 else ''} ({shown})"
 
 
 def _add_speak_parser(commands) -> None:
@@ -592,7 +679,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command is None:
             parser.print_help(sys.stderr)
             return EXIT_ERROR
-        return {"speak": cmd_speak, "make-tiny": cmd_make_tiny, "tags": cmd_tags}[args.command](args)
+        commands = {"speak": cmd_speak, "make-tiny": cmd_make_tiny, "tags": cmd_tags, "finetune": cmd_finetune}
+        return commands[args.command](args)
     except KeyboardInterrupt:
         print("higgs-v3: interrupted", file=sys.stderr)
         return 130

@@ -25,7 +25,7 @@ from .codec_higgs_v3 import HiggsAudioV3Codec
 from .compat_higgs_v3 import CACHE_KWARG, pop_cache, replicated
 from .configuration_higgs_v3 import HiggsAudioV3Config
 from .delay_higgs_v3 import HiggsAudioV3AudioSpec  # noqa: F401 (imported by configuration; see above)
-from .generation_higgs_v3 import HiggsAudioV3GenerationMixin, default_generation_config
+from .generation_higgs_v3 import MAX_NEW_TOKENS, HiggsAudioV3GenerationMixin, default_generation_config
 from .sampling_higgs_v3 import HiggsAudioV3SeededSampler  # noqa: F401 (imported by generation; see above)
 from .streaming_higgs_v3 import HiggsAudioV3AudioStreamer
 
@@ -76,6 +76,9 @@ class HiggsAudioV3PreTrainedModel(PreTrainedModel):
     _supports_attention_backend = True
     _keep_in_fp32_modules = ["codec"]
     _keep_in_fp32_modules_strict = ["codec"]  # the codec runs in fp32 whatever the dtype (bf16 included)
+    # The loss is a mean over labelled rows per codebook: transformers' Trainer must not pass `num_items_in_batch`
+    # (it would reach the backbone) nor skip its own division by the gradient accumulation steps.
+    accepts_loss_kwargs = False
 
 
 class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAudioV3GenerationMixin):
@@ -125,6 +128,7 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
         self.codec = None
         if config.codec_config is not None:
             self.codec = HiggsAudioV3Codec.from_codec_config(config.codec_config)
+            self.codec.requires_grad_(False)  # a fixed tokenizer: never trained (no optimizer sees its weights)
         self.post_init()
         self.generation_config = default_generation_config(config)
 
@@ -191,6 +195,39 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
         waveform = prepare_reference_waveform(audio, sampling_rate, target_sampling_rate=spec.sampling_rate)  # [N]
         codes = codec.encode_waveform(waveform)  # [T, C]
         return HiggsAudioV3Voice(codes=codes, text=text, sampling_rate=spec.sampling_rate, frame_rate=spec.frame_rate)
+
+    def encode_target(
+        self, audio: AudioLike, sampling_rate: int | None = None, max_seconds: float | None = None
+    ) -> torch.LongTensor:
+        r"""Encode a training target clip (the speech the model should learn to say) into raw codes
+        `[frames, num_codebooks]`, for `processor(text=..., audio_target=codes)`.
+
+        `audio` is a path or an array, as for `encode_reference`, but nothing is padded: the codes are the clip's own.
+        Refused (`ValueError`): clips shorter than `num_codebooks` frames (generation ends speech only after its delay
+        window) and clips longer than `max_seconds` (default: the longest speech one `generate` call gives by default,
+        `MAX_NEW_TOKENS` rows, about 81.6 s).
+
+        ```python
+        >>> codes = model.encode_target("line_001.wav")  # doctest: +SKIP
+        >>> batch = processor(text="The line's transcript.", audio_target=codes)  # doctest: +SKIP
+        >>> model(**batch).loss  # doctest: +SKIP
+        ```
+        """
+        codec = self._require_codec("Encoding target audio")
+        spec = self.config.audio_spec
+        if max_seconds is None:
+            max_seconds = spec.seconds(spec.frames(MAX_NEW_TOKENS))
+        waveform = prepare_reference_waveform(
+            audio, sampling_rate, target_sampling_rate=spec.sampling_rate, min_seconds=0.0, max_seconds=max_seconds
+        )  # [N]
+        minimum = spec.num_codebooks * spec.samples_per_frame
+        if waveform.shape[0] < minimum:
+            raise ValueError(
+                f"Target audio is {waveform.shape[0] / spec.sampling_rate:.3f} s long; a training target needs at least "
+                f"{spec.num_codebooks} codec frames ({spec.seconds(spec.num_codebooks):g} s): generation reads the end of "
+                "speech only after its delay window."
+            )
+        return codec.encode_waveform(waveform)  # [T, C]
 
     def decode_audio(
         self, sequences: torch.LongTensor, lengths: torch.LongTensor | None = None

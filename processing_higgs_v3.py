@@ -285,6 +285,8 @@ class HiggsAudioV3Processor(ProcessorMixin):
         reference_text: str | Sequence[str | None] | None = None,
         reference_codes: torch.Tensor | Sequence[torch.Tensor | None] | None = None,
         return_tensors: str | None = "pt",
+        audio_target: torch.Tensor | np.ndarray | HiggsAudioV3Voice | str | os.PathLike | Sequence | None = None,
+        padding_side: str = "left",
     ) -> BatchFeature:
         r"""
         Build the prompts of one text or a batch (left padded with `<|endoftext|>`).
@@ -301,11 +303,20 @@ class HiggsAudioV3Processor(ProcessorMixin):
             reference_text: transcript(s) of the references.
             reference_codes: raw codec codes `[T, num_codebooks]` of the references.
             return_tensors: "pt" (default), "np" or None (Python lists).
+            audio_target: training targets, one per text: the speech the model should say, as raw codec codes
+                `[T, num_codebooks]` (`model.encode_target(clip)`), a `HiggsAudioV3Voice` or the path of a saved codes
+                / voice file (`.safetensors`, `.json`). Waveforms are refused: the codec is the model's. With a target
+                the call builds training examples instead of prompts (see `_training_examples`).
+            padding_side: "left" (default) or "right", for training examples only (prompts are always left padded).
 
         Returns:
             `BatchFeature` with `input_ids` `[B, L]` (placeholders at reference positions), `attention_mask` `[B, L]`
             (0 on left padding) and, when any text has a reference, `audio_input_ids` `[N, num_codebooks]`: the
             delayed reference rows of all placeholders, batch-major in placeholder order.
+
+            With `audio_target`, the training batch of `pad_training_examples` instead: `input_ids`, `attention_mask`,
+            `position_ids` `[B, L]`, `audio_input_ids` `[B, N, num_codebooks]` with `audio_input_ids_mask` `[B, N]`,
+            and `audio_labels` `[B, L, num_codebooks]`, all accepted by the model's `forward`.
         """
         if return_tensors not in ("pt", "np", None):
             raise ValueError(f"return_tensors must be 'pt', 'np' or None, got {return_tensors!r}.")
@@ -320,6 +331,19 @@ class HiggsAudioV3Processor(ProcessorMixin):
             self._per_row(reference_text, "reference_text", batch_size),
         )
         references = [self._reference(i, batch_size, *row) for i, row in enumerate(rows)]
+        # *** training examples (issue 16): the prompt followed by the target's rows, with labels ***
+        if audio_target is not None:
+            if isinstance(audio_target, tuple) and len(audio_target) == 2 and isinstance(audio_target[1], int):
+                audio_target = [audio_target] * batch_size  # one (samples, rate) pair, refused by _check_target
+            targets = [
+                self._check_target(target, f"the audio_target of text {i}" if batch_size > 1 else "the audio_target")
+                for i, target in enumerate(self._per_row(audio_target, "audio_target", batch_size))
+            ]
+            batch = self.pad_training_examples(self._training_examples(texts, references, targets), padding_side)
+            if return_tensors != "pt":
+                batch = {key: value.numpy() if return_tensors == "np" else value.tolist() for key, value in batch.items()}
+            return BatchFeature(batch, tensor_type=return_tensors)
+        # *** end training examples ***
         return BatchFeature(self._prompts(texts, references), tensor_type=return_tensors)
 
     def _prompts(self, texts: list[str], references: list[tuple[torch.LongTensor | None, str | None]]) -> dict:
@@ -347,6 +371,101 @@ class HiggsAudioV3Processor(ProcessorMixin):
         if delayed_rows:
             data["audio_input_ids"] = torch.cat(delayed_rows).tolist()  # [N, C]
         return data
+
+    # ------------------------------------------------------------------ training examples (teacher forcing)
+    def _check_target(self, target, where: str) -> torch.LongTensor:
+        """A training target as raw codes `[T, num_codebooks]`, `T >= num_codebooks`."""
+        if isinstance(target, (str, os.PathLike)):
+            if not str(target).endswith((".safetensors", ".json")):
+                raise ValueError(
+                    f"{where[:1].upper() + where[1:]} is {str(target)!r}, an audio file: the processor does not run the "
+                    "codec (the model owns it). Encode it first, `codes = model.encode_target(path)`, and pass the codes; "
+                    "higgs_v3.finetune_higgs_v3.prepare_examples does this for a whole dataset with an on-disk cache."
+                )
+            target = HiggsAudioV3Voice.load(target)
+        floating = isinstance(target, torch.Tensor) and target.is_floating_point()
+        floating |= isinstance(target, np.ndarray) and np.issubdtype(target.dtype, np.floating)
+        if isinstance(target, tuple) or floating:
+            raise ValueError(
+                f"{where[:1].upper() + where[1:]} is a waveform: the processor does not run the codec (the model owns it). "
+                "Encode it first, `codes = model.encode_target(samples, sampling_rate=rate)`, and pass the codes."
+            )
+        if not isinstance(target, (np.ndarray, torch.Tensor)):
+            target = self._check_voice(target, where).codes
+        codes = self._check_raw_codes(target, f"The codes of {where}")
+        minimum = self.num_codebooks
+        if codes.shape[0] < minimum:
+            raise ValueError(
+                f"{where[:1].upper() + where[1:]} has {codes.shape[0]} frames; a training target needs at least "
+                f"{minimum} ({minimum / self.frame_rate:g} s): generation reads the end of speech only after the "
+                f"delay window of {minimum} rows, so a shorter target could never end where it does."
+            )
+        return codes
+
+    def _training_examples(
+        self, texts: list[str], references: list[tuple[torch.LongTensor | None, str | None]], targets: list[torch.LongTensor]
+    ) -> list[dict[str, torch.Tensor]]:
+        r"""One unpadded example per text: exactly the sequence `generate` sees, prompt then generated rows.
+
+        ```
+        position   ... <|audio|>   P_0      P_1     ...  P_{R-1}       (P: placeholder, fed the target's row)
+        input      prompt          row 0    row 1   ...  row R-1       (row R-1: the terminal row)
+        label      -100 ... -100   row 0    row 1   ...  row R-1       (the loss scores logits at p against p + 1)
+        ```
+
+        The rows are the target's delayed rows (`audio_spec.delay`: BOC in the delay window, EOC after each codebook's
+        last frame, `T + num_codebooks - 1` rows, the terminal row last), which is what greedy generation emits for
+        them; every one is a label, nothing of the prompt or the reference is. Returns dicts with `input_ids` `[L]`,
+        `audio_input_ids` `[N, C]` (reference rows, then target rows, in placeholder order) and `audio_labels`
+        `[L, C]`."""
+        prompts = self._prompts(texts, references)
+        examples = []
+        for ids, mask, (ref_codes, _), target in zip(prompts["input_ids"], prompts["attention_mask"], references, targets):
+            prompt = torch.tensor(ids, dtype=torch.long)[torch.tensor(mask, dtype=torch.bool)]  # [P], unpadded
+            rows = self.audio_spec.delay(target)  # [R, C]
+            placeholders = torch.full((rows.shape[0],), self.audio_placeholder_id, dtype=torch.long)
+            refs = self.audio_spec.delay(ref_codes) if ref_codes is not None else rows.new_zeros(0, self.num_codebooks)
+            labels = torch.cat([torch.full((prompt.shape[0], self.num_codebooks), -100, dtype=torch.long), rows])
+            examples.append({
+                "input_ids": torch.cat([prompt, placeholders]),  # [P + R]
+                "audio_input_ids": torch.cat([refs, rows]),  # [N_ref + R, C]
+                "audio_labels": labels,  # [P + R, C]
+            })
+        return examples
+
+    def pad_training_examples(self, examples: Sequence[dict], padding_side: str = "right") -> dict[str, torch.Tensor]:
+        """Pad unpadded training examples (`input_ids` `[L_i]`, `audio_input_ids` `[N_i, C]`, `audio_labels`
+        `[L_i, C]`, tensors or lists) into a batch: `input_ids` `[B, L]` (pad id on padding), `attention_mask` `[B, L]`,
+        `position_ids` `[B, L]` (counted from each example's first token, as generation counts them),
+        `audio_input_ids` `[B, N, C]` with `audio_input_ids_mask` `[B, N]`, and `audio_labels` `[B, L, C]` (-100 on
+        padding). `padding_side` is "right" (usual for training) or "left" (as prompts are padded)."""
+        if padding_side not in ("left", "right"):
+            raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}.")
+        if not examples:
+            raise ValueError("There are no training examples to pad (an empty batch).")
+        num_codebooks = self.num_codebooks
+        examples = [
+            {key: torch.as_tensor(example[key], dtype=torch.long) for key in ("input_ids", "audio_input_ids", "audio_labels")}
+            for example in examples
+        ]
+        length = max(e["input_ids"].shape[0] for e in examples)
+        num_rows = max(e["audio_input_ids"].shape[0] for e in examples)
+
+        def pad(tensor: torch.Tensor, size: int, value: int, side: str = padding_side) -> torch.Tensor:
+            filler = tensor.new_full((size - tensor.shape[0], *tensor.shape[1:]), value)
+            return torch.cat([filler, tensor] if side == "left" else [tensor, filler])
+
+        batch = {
+            "input_ids": torch.stack([pad(e["input_ids"], length, self._token_ids["pad"]) for e in examples]),
+            "attention_mask": torch.stack([pad(torch.ones_like(e["input_ids"]), length, 0) for e in examples]),
+            "audio_labels": torch.stack([pad(e["audio_labels"].view(-1, num_codebooks), length, -100) for e in examples]),
+        }
+        batch["position_ids"] = (batch["attention_mask"].cumsum(-1) - 1).clamp(min=0)
+        rows = [e["audio_input_ids"].view(-1, num_codebooks) for e in examples]
+        # Reference and target rows are right padded whatever the side: the mask says which are real, in order.
+        batch["audio_input_ids"] = torch.stack([pad(r, num_rows, 0, side="right") for r in rows])
+        batch["audio_input_ids_mask"] = torch.stack([(torch.arange(num_rows) < r.shape[0]).long() for r in rows])
+        return batch
 
     # ------------------------------------------------------------------ thin delegates users reach for
     def save_audio(self, waveform: np.ndarray | torch.Tensor, path: str | os.PathLike, sampling_rate: int | None = None):

@@ -58,9 +58,12 @@ MAY_IMPORT: dict[str, set[str]] = {
         "audio_io_higgs_v3", "chunking_higgs_v3", "longform_higgs_v3", "model_sources_higgs_v3", "sampling_higgs_v3",
     },
     "cli_higgs_v3": {
-        "audio_io_higgs_v3", "batch_higgs_v3", "chunking_higgs_v3", "convert_checkpoint", "generation_higgs_v3", "longform_higgs_v3",
-        "model_sources_higgs_v3", "processing_higgs_v3", "sampling_higgs_v3",
+        "audio_io_higgs_v3", "batch_higgs_v3", "chunking_higgs_v3", "convert_checkpoint", "finetune_higgs_v3",
+        "generation_higgs_v3", "longform_higgs_v3", "model_sources_higgs_v3", "processing_higgs_v3", "sampling_higgs_v3",
         "tiny_higgs_v3",  # only inside the demo command `make-tiny --original`, see below
+    },
+    "finetune_higgs_v3": {
+        "converted_repo_higgs_v3", "generation_higgs_v3", "model_sources_higgs_v3", "modeling_higgs_v3",
     },
     # The test fixtures import the product, never the other way round.
     "tiny_higgs_v3": {

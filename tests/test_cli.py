@@ -455,7 +455,7 @@ def readme_commands() -> list[list[str]]:
 
 
 def write_readme_inputs(directory: Path) -> None:
-    """The files the README's commands read: a text, a script, clips and a saved voice."""
+    """The files the README's commands read: a text, a script, clips, a saved voice and fine-tuning data."""
     clip = (0.3 * np.sin(np.arange(int(1.5 * SR)) / 5)).astype(np.float32)
     for name in ("me.wav", "ann.wav"):
         soundfile.write(str(directory / name), clip, SR)
@@ -464,6 +464,10 @@ def write_readme_inputs(directory: Path) -> None:
     )
     (directory / "chapter.txt").write_text("A first sentence. A second one.", encoding="utf-8")
     (directory / "script.txt").write_text("[Ann] Hello Bob.\n[Bob] Hi Ann!\n", encoding="utf-8")
+    (directory / "my_voice").mkdir()
+    for i, line in enumerate(("Good morning.", "See you.")):
+        soundfile.write(str(directory / "my_voice" / f"line{i}.wav"), clip[: int((0.5 + 0.1 * i) * SR)], SR)
+        (directory / "my_voice" / f"line{i}.txt").write_text(line, encoding="utf-8")
 
 
 def test_readme_commands_parse_and_validate(tmp_path, monkeypatch):

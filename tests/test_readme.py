@@ -27,7 +27,7 @@ CLI and `from_original` call on first use, into the cache they read (`$HF_HOME/h
 copy's generation config; the commands then take the cached path, as every use after the first does, while
 `python convert_checkpoint.py ...` runs a whole conversion (with its numeric verification) of its own. `tiny-random`
 is built by the CLI itself on first use (its own 3 s limit). Input files (`me.wav`, `ann.wav`, `chapter.txt`,
-`script.txt`, `bob.safetensors`) are created in the scratch folder first (`INPUT_FILES`). `HF_HOME` points into the
+`script.txt`, `bob.safetensors`, the fine-tuning folder `my_voice/`) are created in the scratch folder first (`INPUT_FILES`). `HF_HOME` points into the
 scratch folder, the Hub is offline, and each process runs one OpenMP thread (`OMP_NUM_THREADS=1`: the tiny models
 gain nothing from a second thread, and on a busy 2-core machine waiting threads made the pipeline block 3x slower).
 """
@@ -84,6 +84,7 @@ INPUT_FILES = {
     "chapter.txt": "about 500 characters of sentences: two chunks",
     "script.txt": "a two-line dialogue script, '[Name] text' per line",
     "bob.safetensors": "a voice encoded from a clip with the tiny converted model",
+    "my_voice": "fine-tuning data: a folder of two name.wav + name.txt pairs (0.6 and 0.8 s)",
 }
 
 RUNNABLE = {"bash", "python"}
@@ -257,6 +258,10 @@ def scratch(tmp_path_factory):
     )
     (work / "script.txt").write_text("[Ann] Hello Bob, did you sleep well?\n[Bob] Not at all, the storm kept me "
                                      "awake.\n", encoding="utf-8")
+    (work / "my_voice").mkdir()
+    for i, (seconds, line) in enumerate(((0.6, "Good morning."), (0.8, "See you tomorrow."))):
+        _write_clip(work / "my_voice" / f"line{i}.wav", seconds, 200.0 + 50 * i, seed=2 + i)
+        (work / "my_voice" / f"line{i}.txt").write_text(line + "\n", encoding="utf-8")
     model = HiggsAudioV3ForConditionalGeneration.from_pretrained(paths["converted"])
     model.encode_reference(str(work / "ann.wav"), text="Hello there.").save(work / "bob.safetensors")
     assert sorted(p.name for p in work.iterdir() if not p.name.endswith(".py")) == sorted(INPUT_FILES)

@@ -1,0 +1,323 @@
+"""Fine-tuning (issue 16): training examples from `processor(text=..., audio_target=...)`, teacher forcing against
+generation, the collator, the data loaders and their refusals. The Trainer / PEFT / command-line runs are in
+`test_finetune_integration.py` (integration layer)."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import numpy as np
+import pytest
+import soundfile
+import torch
+from transformers import AutoTokenizer, LogitsProcessor
+
+from conftest import tiny_model
+from higgs_v3 import HiggsAudioV3Processor
+from higgs_v3.audio_io_higgs_v3 import HiggsAudioV3Voice
+from higgs_v3.finetune_higgs_v3 import (
+    HiggsAudioV3DataCollator,
+    load_speech_items,
+    prepare_examples,
+)
+from higgs_v3.tiny_higgs_v3 import write_tiny_tokenizer
+from oracles import AUDIO, BOC, EOC, NUM_CODEBOOKS, PAD, PLACEHOLDER, REF_AUDIO, REF_TEXT, TEXT, TTS, delayed_by_loop
+
+
+C = NUM_CODEBOOKS
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    return AutoTokenizer.from_pretrained(write_tiny_tokenizer(tmp_path_factory.mktemp("tokenizer")))
+
+
+@pytest.fixture(scope="module")
+def processor(tokenizer):
+    return HiggsAudioV3Processor(tokenizer)
+
+
+def random_codes(frames: int, seed: int) -> torch.Tensor:
+    return torch.randint(0, 1024, (frames, C), generator=torch.Generator().manual_seed(seed))
+
+
+def text_ids(tokenizer, text: str) -> list[int]:
+    return tokenizer.convert_tokens_to_ids(tokenizer.tokenize(text))
+
+
+class SpeakCodes(LogitsProcessor):
+    """Steers greedy generation to speak `frames` frames ending on time: codebook c is forced to EOC from row
+    `frames + c` on, BOC / EOC are banned everywhere else (the delay-pattern processor then forces the delay window's
+    BOC). The raw logits (`output_logits`) are the model's own."""
+
+    def __init__(self, prompt_length: int, frames: int):
+        self.prompt_length, self.frames = prompt_length, frames
+
+    def __call__(self, input_ids, scores):
+        step = input_ids.shape[1] - self.prompt_length
+        codebook = torch.arange(scores.shape[0]) % C
+        ended = (step - codebook >= self.frames)[:, None]
+        forced = torch.full_like(scores, -1e9)
+        forced[:, EOC] = 0.0
+        banned = scores.clone()
+        banned[:, BOC:] = -1e9
+        return torch.where(ended, forced, banned)
+
+
+# ---------------------------------------------------------------------------------------------- example layout
+def test_training_example_layout_plain_and_clone(processor, tokenizer):
+    target, reference = random_codes(9, 0), random_codes(3, 1)
+    rows = delayed_by_loop(target)  # [9 + 7, C]: BOC triangle, EOC after each codebook's end, the terminal row
+    batch = processor(text="Hello there.", audio_target=target)
+    prompt = [TTS, TEXT, *text_ids(tokenizer, "Hello there."), AUDIO]
+    assert batch["input_ids"][0].tolist() == prompt + [PLACEHOLDER] * rows.shape[0]
+    assert torch.equal(batch["audio_input_ids"][0], rows)
+    assert batch["audio_input_ids_mask"].tolist() == [[1] * rows.shape[0]]
+    labels = batch["audio_labels"][0]
+    assert (labels[: len(prompt)] == -100).all() and torch.equal(labels[len(prompt):], rows)
+    assert labels[-1, :-1].eq(EOC).all() and labels[-1, -1] == target[-1, -1]  # the terminal row is a label
+
+    clone = processor(text="Hi.", audio_target=target, reference_codes=reference, reference_text="Ref.")
+    ref_rows = delayed_by_loop(reference)
+    prompt = [TTS, REF_TEXT, *text_ids(tokenizer, "Ref."), REF_AUDIO, *[PLACEHOLDER] * ref_rows.shape[0], TEXT,
+              *text_ids(tokenizer, "Hi."), AUDIO]
+    assert clone["input_ids"][0].tolist() == prompt + [PLACEHOLDER] * rows.shape[0]
+    assert torch.equal(clone["audio_input_ids"][0], torch.cat([ref_rows, rows]))
+    labels = clone["audio_labels"][0]
+    assert (labels[: len(prompt)] == -100).all() and torch.equal(labels[len(prompt):], rows)  # no reference label
+
+
+def test_training_batch_padding_both_sides(processor):
+    targets = [random_codes(8, 2), random_codes(12, 3)]
+    singles = [processor(text=t, audio_target=c) for t, c in zip(["A b.", "Longer text here."], targets)]
+    for side in ("right", "left"):
+        batch = processor(text=["A b.", "Longer text here."], audio_target=targets, padding_side=side)
+        length = batch["input_ids"].shape[1]
+        for i, single in enumerate(singles):
+            n = single["input_ids"].shape[1]
+            keep = slice(0, n) if side == "right" else slice(length - n, length)
+            pad = slice(n, length) if side == "right" else slice(0, length - n)
+            assert torch.equal(batch["input_ids"][i, keep], single["input_ids"][0])
+            assert torch.equal(batch["audio_labels"][i, keep], single["audio_labels"][0])
+            assert batch["attention_mask"][i, keep].eq(1).all() and batch["attention_mask"][i, pad].eq(0).all()
+            assert batch["input_ids"][i, pad].eq(PAD).all() and batch["audio_labels"][i, pad].eq(-100).all()
+            assert batch["position_ids"][i, keep].tolist() == list(range(n))
+            rows = int(batch["audio_input_ids_mask"][i].sum())
+            assert torch.equal(batch["audio_input_ids"][i, :rows], single["audio_input_ids"][0])
+
+
+def test_target_refusals(processor, tmp_path):
+    with pytest.raises(ValueError, match=r"The audio_target has 7 frames; a training target needs at least 8 \(0.32 s\)"):
+        processor(text="Hi.", audio_target=random_codes(7, 0))
+    with pytest.raises(ValueError, match=r"'x.wav', an audio file: the processor does not run the codec"):
+        processor(text="Hi.", audio_target="x.wav")
+    with pytest.raises(ValueError, match=r"is a waveform: the processor does not run the codec.*model.encode_target"):
+        processor(text="Hi.", audio_target=(np.zeros(24000, dtype=np.float32), 24000))
+    with pytest.raises(ValueError, match=r"The codes of the audio_target range from \d+ to 1025; raw codec codes lie in 0..1023"):
+        processor(text="Hi.", audio_target=delayed_by_loop(random_codes(9, 0)))
+    with pytest.raises(ValueError, match=r"Unknown control tag '<\|emotion:angri\|>' in the text"):
+        processor(text="<|emotion:angri|>Hi.", audio_target=random_codes(9, 0))
+    with pytest.raises(ValueError, match=r"padding_side must be 'left' or 'right', got 'middle'"):
+        processor(text="Hi.", audio_target=random_codes(9, 0), padding_side="middle")
+    as_lists = processor(text="Hi.", audio_target=random_codes(9, 0), return_tensors=None)
+    as_numpy = processor(text="Hi.", audio_target=random_codes(9, 0), return_tensors="np")
+    as_torch = processor(text="Hi.", audio_target=random_codes(9, 0))
+    for key, value in as_torch.items():
+        assert as_lists[key] == value.tolist() and (as_numpy[key] == value.numpy()).all(), key
+    saved = HiggsAudioV3Voice(codes=random_codes(9, 4)).save(tmp_path / "t.safetensors")
+    assert torch.equal(processor(text="Hi.", audio_target=saved)["audio_input_ids"][0], delayed_by_loop(random_codes(9, 4)))
+
+
+# ---------------------------------------------------------------------------------------------- teacher forcing
+@pytest.mark.parametrize("with_reference", [False, True], ids=["plain", "clone"])
+def test_teacher_forcing_equals_generation(processor, with_reference):
+    """Greedy generation, then one forward over the training example built from its codes: the example's rows are
+    the generated rows exactly, and its logits at every generated step are the logits generation saw."""
+    model = tiny_model()
+    frames = 10
+    reference = dict(reference_codes=random_codes(4, 5), reference_text="Ref words.") if with_reference else {}
+    prompt = processor(text="Say this.", **reference)
+    out = model.generate(**prompt, do_sample=False, max_new_tokens=40, return_dict_in_generate=True, output_logits=True,
+                         logits_processor=[SpeakCodes(prompt["input_ids"].shape[1], frames)])
+    assert out.finished.tolist() == [True] and out.lengths.tolist() == [frames + C - 1]
+    codes = out.audio_codes[0]  # [frames, C]
+    example = processor(text="Say this.", audio_target=codes, **reference)
+    prompt_length = prompt["input_ids"].shape[1]
+    assert torch.equal(example["audio_input_ids"][0, -(frames + C - 1):], out.sequences[0])
+    with torch.no_grad():
+        forward = model(**example)
+    steps = torch.stack(out.logits, dim=1)[0]  # [rows, C, V]
+    assert torch.allclose(forward.logits[0, prompt_length - 1 : -1], steps, atol=1e-4, rtol=1e-4)
+    # The loss is the cross-entropy of exactly those logits against the generated rows.
+    expected = torch.stack([torch.nn.functional.cross_entropy(steps[:, c], out.sequences[0, :, c]) for c in range(C)])
+    assert torch.allclose(forward.audio_loss_per_codebook, expected, atol=1e-4)
+
+
+# ---------------------------------------------------------------------------------------------- collator
+def test_collator_pads_examples_for_trainer_and_loops(processor):
+    examples = [
+        {k: v[0] for k, v in processor(text=t, audio_target=random_codes(n, n)).items() if k != "attention_mask"}
+        for t, n in (("One.", 8), ("Two words here.", 11))
+    ]
+    collator = HiggsAudioV3DataCollator(processor)
+    batch = collator(examples)
+    expected = processor(text=["One.", "Two words here."], audio_target=[random_codes(8, 8), random_codes(11, 11)],
+                         padding_side="right")
+    assert batch.keys() == expected.keys()
+    for key in batch:
+        assert torch.equal(batch[key], expected[key]), key
+    model = tiny_model()
+    loss = model(**batch).loss  # the batch goes to forward as is, padded rows masked out
+    assert torch.isfinite(loss)
+    left = HiggsAudioV3DataCollator(processor, padding_side="left")(examples)
+    assert torch.allclose(model(**left).loss, loss, atol=1e-5)  # position ids make the padding side irrelevant
+
+
+# ---------------------------------------------------------------------------------------------- loaders
+def write_wav(path, seconds: float, rate: int = 24000, seed: int = 0):
+    samples = 0.1 * np.random.default_rng(seed).standard_normal(int(seconds * rate)).astype(np.float32)
+    soundfile.write(path, samples, rate)
+    return path
+
+
+def test_folder_and_manifest_loaders(tmp_path):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    for name in ("b", "a"):
+        write_wav(folder / f"{name}.wav", 0.5)
+        (folder / f"{name}.txt").write_text(f" Line {name}.\n", encoding="utf-8")
+    items = load_speech_items(folder)
+    assert [(i.name, i.text, i.audio) for i in items] == [
+        ("a", "Line a.", str(folder / "a.wav")), ("b", "Line b.", str(folder / "b.wav"))
+    ]
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(
+        json.dumps({"audio": "data/a.wav", "text": "A."}) + "\n\n"
+        + json.dumps({"audio": str(folder / "b.wav"), "text": "B.", "ref_audio": "data/a.wav", "ref_text": "R."}) + "\n",
+        encoding="utf-8",
+    )
+    items = load_speech_items(manifest)
+    assert [(i.name, i.audio, i.ref_audio, i.ref_text) for i in items] == [
+        ("m.jsonl:1", str(folder / "a.wav"), None, None), ("m.jsonl:3", str(folder / "b.wav"), str(folder / "a.wav"), "R.")
+    ]
+
+
+def test_bad_items_name_the_item_or_are_counted(tmp_path, processor, caplog):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    write_wav(folder / "good.wav", 0.5)
+    (folder / "good.txt").write_text("Good.", encoding="utf-8")
+    write_wav(folder / "notext.wav", 0.5)
+    with pytest.raises(ValueError, match=r"notext: .*notext.wav. has no transcript \(.*notext.txt. is missing\)"):
+        load_speech_items(folder)
+    with caplog.at_level(logging.WARNING, logger="higgs_v3.finetune_higgs_v3"):
+        items = load_speech_items(folder, skip_invalid=True)
+    assert [i.name for i in items] == ["good"]
+    assert "Skipped 1 of 2 items" in caplog.text
+
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text('{"audio": "data/good.wav"}\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"m.jsonl:1: the entry has no \"text\""):
+        load_speech_items(manifest)
+    manifest.write_text('{"audio": "data/good.wav", "text": "x"\n', encoding="utf-8")
+    with pytest.raises(ValueError, match=r"m.jsonl:1: not a JSON object"):
+        load_speech_items(manifest)
+
+
+# ---------------------------------------------------------------------------------------------- examples from audio
+@pytest.fixture(scope="module")
+def codec_model():
+    from higgs_v3.tiny_higgs_v3 import tiny_codec_config
+
+    return tiny_model(codec_config=tiny_codec_config())
+
+
+def test_prepare_examples_encodes_once_and_caches(tmp_path, processor, codec_model):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    for name, seconds in (("a", 0.5), ("b", 0.8)):
+        write_wav(folder / f"{name}.wav", seconds, seed=len(name))
+        (folder / f"{name}.txt").write_text(f"Line {name}.", encoding="utf-8")
+    items = load_speech_items(folder)
+    dataset = prepare_examples(codec_model, processor, items, cache_dir=tmp_path / "cache")
+    assert (len(dataset), dataset.encoded, dataset.cache_hits) == (2, 2, 0)
+    for example, item in zip(dataset, items):  # the example is the processor's, built from the codec's codes
+        codes = codec_model.encode_target(item.audio)
+        assert codes.shape[0] == codec_model.codec.num_frames(soundfile.info(item.audio).frames)
+        expected = processor(text=item.text, audio_target=codes)
+        assert torch.equal(example["audio_labels"], expected["audio_labels"][0])
+        assert torch.equal(example["input_ids"], expected["input_ids"][0])
+    again = prepare_examples(codec_model, processor, items, cache_dir=tmp_path / "cache")
+    assert (again.encoded, again.cache_hits) == (0, 2)  # the second epoch / run never runs the codec
+    assert all(torch.equal(a["audio_input_ids"], b["audio_input_ids"]) for a, b in zip(again, dataset))
+    assert not any(p.requires_grad for p in codec_model.codec.parameters())  # the codec is frozen in the model
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(json.dumps({"audio": "data/b.wav", "text": "Line b.", "ref_audio": "data/a.wav",
+                                    "ref_text": "Line a."}) + "\n", encoding="utf-8")
+    cloned = prepare_examples(codec_model, processor, load_speech_items(manifest), cache_dir=tmp_path / "cache")
+    assert (cloned.encoded, cloned.cache_hits) == (1, 1)  # the reference is encoded as a reference (padded to 1 s)
+    voice = codec_model.encode_reference(str(folder / "a.wav"), text="Line a.")
+    expected = processor(text="Line b.", audio_target=codec_model.encode_target(str(folder / "b.wav")), reference=voice)
+    for key in ("input_ids", "audio_input_ids", "audio_labels"):
+        assert torch.equal(cloned[0][key], expected[key][0]), key
+    assert all(p.dtype == torch.float32 for p in codec_model.codec.parameters())
+
+
+def test_dataset_with_audio_column(processor, codec_model, tmp_path):
+    from datasets import Audio, Dataset
+
+    from higgs_v3.finetune_higgs_v3 import items_from_dataset
+
+    path = write_wav(tmp_path / "a.wav", 0.5)
+    dataset = Dataset.from_dict({"audio": [str(path)], "sentence": ["Words."]}).cast_column("audio", Audio())
+    items = items_from_dataset(dataset, text_column="sentence")
+    assert items[0].name == "row 0" and items[0].audio[1] == 24000 and items[0].audio[0].shape == (1, 12000)
+    example = prepare_examples(codec_model, processor, items)[0]
+    expected = processor(text="Words.", audio_target=codec_model.encode_target(str(path)))
+    assert torch.equal(example["audio_labels"], expected["audio_labels"][0])
+    with pytest.raises(ValueError, match=r"The dataset has no column 'text'; its columns are \['audio', 'sentence'\]"):
+        items_from_dataset(dataset)
+
+
+def test_bad_clips_name_the_item(tmp_path, processor, codec_model, caplog):
+    from higgs_v3.finetune_higgs_v3 import SpeechItem
+
+    (tmp_path / "broken.wav").write_bytes(b"not audio at all")
+    items = [
+        SpeechItem("short", str(write_wav(tmp_path / "short.wav", 0.2)), "Short."),
+        SpeechItem("long", str(write_wav(tmp_path / "long.wav", 2.5)), "Long."),
+        SpeechItem("broken", str(tmp_path / "broken.wav"), "Broken."),
+        SpeechItem("tag", str(write_wav(tmp_path / "ok.wav", 0.5)), "<|emotion:angri|>Hi."),
+        SpeechItem("good", str(tmp_path / "ok.wav"), "Fine."),
+    ]
+    expected = {
+        "short": r"short: Target audio is 0.200 s long; a training target needs at least 8 codec frames \(0.32 s\)",
+        "long": r"long: the audio is 2.50 s long; the longest accepted is 2 s \(max_seconds\)",
+        "broken": r"broken: could not read the audio file '.*broken.wav'",
+        "tag": r"tag: Unknown control tag '<\|emotion:angri\|>' in the transcript of tag",
+    }
+    for item in items[:4]:
+        with pytest.raises(ValueError, match=expected[item.name]):
+            prepare_examples(codec_model, processor, [item], max_seconds=2.0)
+    with caplog.at_level(logging.WARNING, logger="higgs_v3.finetune_higgs_v3"):
+        dataset = prepare_examples(codec_model, processor, items, max_seconds=2.0, skip_invalid=True)
+    assert dataset.names == ["good"]
+    assert "Skipped 4 of 5 items: short: " in caplog.text and "broken: could not read" in caplog.text
+
+
+def test_memory_estimate_counts_match_the_models():
+    """The shapes behind docs/TRAINING.md's computed LoRA memory: the parameter counts equal a real model's and
+    PEFT's, at two widths."""
+    from peft import get_peft_model
+
+    from higgs_v3.finetune_higgs_v3 import backbone_parameter_count, estimate_lora_memory, lora_config, lora_parameter_count
+
+    for overrides in ({}, {"hidden_size": 64, "head_dim": 8, "num_attention_heads": 8, "intermediate_size": 96}):
+        model = tiny_model(**overrides)
+        assert backbone_parameter_count(model.config) == sum(p.numel() for p in model.parameters())
+        peft_model = get_peft_model(model, lora_config(rank=4))
+        assert lora_parameter_count(model.config, rank=4) == sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
+    parts = estimate_lora_memory(model.config, positions=100, rank=4, codec_parameters=10)
+    assert parts["codec_fp32"] == 40 and parts["head_and_loss"] == 100 * 8 * 1026 * 14
+    assert parts["total"] == sum(v for k, v in parts.items() if k != "total")
