@@ -627,7 +627,7 @@ def cmd_convert(argv: list[str]) -> int:
     from .convert_checkpoint import main as convert_main
 
     code = convert_main(argv, prog="higgs-v3 convert")
-    return EXIT_ERROR if code not in (0, None) else 0
+    return 0 if code in (0, None) else code if code == 130 else EXIT_ERROR
 
 
 def cmd_make_tiny(args) -> int:

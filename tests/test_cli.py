@@ -355,7 +355,7 @@ IN_PROCESS_ERRORS = {
                   "higgs-v3 speak: error: argument --top-p: --top-p must be in (0, 1], got '1.5' (see higgs-v3 speak --help)"),
     "no command": ([], "usage: higgs-v3"),
     "convert bad input": (["convert", "--input", "no/such/dir", "--output", "out"],
-                          "error: The input 'no/such/dir' is neither an existing folder nor a Hub repo id"),
+                          "higgs-v3 convert: error: The input 'no/such/dir' is neither an existing folder nor a Hub repo id"),
 }
 
 
