@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -83,6 +84,8 @@ def _read_audio_file(path: str | os.PathLike, max_seconds: float = MAX_REFERENCE
     first: a file longer than `max_seconds` is refused before any sample is read."""
     if soundfile is None:
         raise ImportError("Reading audio files needs the `soundfile` package: run `pip install soundfile`.")
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"Reference audio file {str(path)!r} is a folder; give an audio file (wav, flac, ogg).")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"Reference audio file {str(path)!r} does not exist.")
     try:
@@ -102,7 +105,25 @@ def _read_audio_file(path: str | os.PathLike, max_seconds: float = MAX_REFERENCE
         samples, file_rate = soundfile.read(os.fspath(path), dtype="float32", always_2d=True)  # [N, channels]
     except Exception as error:  # a header that reads but a body that does not (truncated, corrupt)
         raise _unreadable_audio(path, error) from error
+    truncation = _truncation(info, samples.shape[0])
+    if truncation is not None:
+        raise ValueError(f"Reference audio file {str(path)!r} is truncated: {truncation}. Export the clip again.")
     return np.ascontiguousarray(samples.T), int(file_rate)
+
+
+# libsndfile's log of a sample chunk larger than the file: WAV/RF64 `data`, AIFF `SSND`, AU `Data Size`, W64 `riff`.
+_CHUNK_SIZE = re.compile(r"^\s*(?:data|SSND|Data Size|riff)\s*: (\d+) \(should be (\d+)\)", re.MULTILINE)
+
+
+def _truncation(info, frames_read: int) -> str | None:
+    """Why a file that libsndfile reads is cut short, or None: a sample chunk larger than what the file holds (an
+    unfinished header, size 0 or 0xFFFFFFFF, is not a truncation), or fewer samples than the header announces."""
+    match = _CHUNK_SIZE.search(info.extra_info or "")
+    if match and 0 < int(match.group(2)) < int(match.group(1)) < 0xFFFFFF00:
+        return f"its header announces {match.group(1)} bytes of samples but the file holds {match.group(2)}"
+    if info.frames > 0 and frames_read < info.frames - max(0.05 * info.samplerate, 0.01 * info.frames):
+        return f"its header announces {info.frames} samples but {frames_read} could be read"
+    return None
 
 
 def _to_float_samples(samples: np.ndarray) -> np.ndarray:
@@ -160,7 +181,9 @@ def prepare_reference_waveform(
         ValueError: unreadable file, missing or invalid `sampling_rate`, unsupported dtype or shape, empty clip, NaN
             or infinite samples, clip longer than `max_seconds`.
     """
+    label = "Reference audio"  # named in every refusal below; a file by its path
     if isinstance(audio, (str, os.PathLike)):
+        label = f"Reference audio file {str(audio)!r}"
         samples, file_rate = _read_audio_file(audio, max_seconds)
         if sampling_rate is not None and sampling_rate != file_rate:
             raise ValueError(
@@ -187,17 +210,17 @@ def prepare_reference_waveform(
     sampling_rate = int(sampling_rate)
 
     if samples.size == 0:
-        raise ValueError("Reference audio is empty (0 samples).")
+        raise ValueError(f"{label} is empty (0 samples).")
     finite = np.isfinite(samples)
     if not finite.all():
         raise ValueError(
-            f"Reference audio has NaN or infinite values ({int((~finite).sum())} of {samples.size}); pass a clean "
+            f"{label} has NaN or infinite values ({int((~finite).sum())} of {samples.size}); pass a clean "
             "signal."
         )
     num_samples = samples.shape[-1]
     if num_samples > max_seconds * sampling_rate:
         raise ValueError(
-            f"Reference audio is {num_samples / sampling_rate:.2f} s long ({num_samples} samples at {sampling_rate} "
+            f"{label} is {num_samples / sampling_rate:.2f} s long ({num_samples} samples at {sampling_rate} "
             f"Hz); the longest accepted is {max_seconds:g} s. Trim it: 5 to 30 s of clean "
             "speech is enough to clone a voice."
         )
@@ -234,10 +257,16 @@ def atomic_output(path: str | os.PathLike) -> Iterator[Path]:
         with open(temporary, "rb+") as written:
             os.fsync(written.fileno())
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as error:
         with contextlib.suppress(OSError):
             temporary.unlink()
+        if type(error).__name__ in _WRITER_ERRORS:  # libsndfile's and safetensors' own errors for a failed write
+            reason = " ".join(str(error).split()) or type(error).__name__
+            raise OSError(f"Could not write {str(path)!r} ({reason}); the previous file, if any, is unchanged.") from error
         raise
+
+
+_WRITER_ERRORS = ("LibsndfileError", "SafetensorError")
 
 
 def check_audio_output(path: str | os.PathLike) -> Path:
@@ -407,6 +436,8 @@ class HiggsAudioV3Voice:
         codes) is refused with a `ValueError` that names the file."""
         path = Path(path)
         suffix = path.suffix.lower()
+        if path.is_dir():
+            raise IsADirectoryError(f"Voice file {str(path)!r} is a folder; give a file saved by HiggsAudioV3Voice.save.")
         if not path.is_file():
             raise FileNotFoundError(f"Voice file {str(path)!r} does not exist.")
         if suffix not in VOICE_FILE_SUFFIXES:

@@ -182,6 +182,8 @@ def _add_speak_parser(commands) -> None:
 
 # ================================================================================================= speak
 def _check_input_file(path: str, what: str, who: str = "") -> None:
+    if os.path.isdir(path):
+        raise CliError(f"{what} {path!r}{who} is a folder, not a file.")
     if not os.path.isfile(path):
         raise CliError(f"{what} {path!r}{who} does not exist.")
     if not os.access(path, os.R_OK):

@@ -557,6 +557,7 @@ def converted_path(
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     target = cache / f"{source_dir.name}-{_cache_key(source_dir, dtype, codec_config)}"
     if target.exists() and check_complete(target) is None:
+        clean_stale_siblings(target)  # what a killed earlier call left beside a complete entry
         return target
     cache.mkdir(parents=True, exist_ok=True)
     with _cache_lock(cache):
@@ -614,13 +615,24 @@ def from_original(
 
 
 # ------------------------------------------------------------------------------------------------------ command line
+EXIT_USER_ERROR = 2
+"""The exit code of a fault of the input, output or options (as `higgs-v3 convert` and argparse exit)."""
+
+
 def _shard_size_argument(text: str) -> int | str:
     """A number of bytes as an `int`; anything else is left for `huggingface_hub` to parse (`5GB`, `500MB`)."""
     return int(text) if text.isdigit() else text
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line and exit code 2 (as `higgs-v3`'s)."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _parser(prog: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog=prog, description="Convert the original Higgs Audio v3 checkpoint into a verified Transformers repo."
     )
     parser.add_argument("--input", required=True, help=f"original folder or Hub repo id (e.g. {ORIGINAL_REPO_ID})")
@@ -641,10 +653,6 @@ def _parser(prog: str) -> argparse.ArgumentParser:
     parser.add_argument("--without-codec", action="store_true", help="convert the language model only")
     parser.add_argument("--no-verify", action="store_true", help="skip the verification (not recommended)")
     return parser
-
-
-EXIT_USER_ERROR = 2
-"""The exit code of a fault of the input, output or options (as `higgs-v3 convert` and argparse exit)."""
 
 
 def main(argv: list[str] | None = None, prog: str = "convert_checkpoint.py") -> int:

@@ -280,6 +280,9 @@ def _check_call_objects(input_ids, attention_mask, generation_config, logits_pro
                          f"got {type(streamer).__name__}.")
     if max_positions is not None and (isinstance(max_positions, bool) or not isinstance(max_positions, int) or max_positions < 1):
         raise ValueError(f"max_positions must be a positive number of positions or None, got {max_positions!r}.")
+    limit = kwargs.get("max_new_tokens")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValueError(f"max_new_tokens must be a positive number of audio rows, got {limit!r}.")
     do_sample = kwargs.get("do_sample")
     if do_sample is not None and not isinstance(do_sample, bool):
         raise ValueError(f"do_sample must be True or False, got {do_sample!r}.")
@@ -421,7 +424,11 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
             for name in _STOCK_SAMPLING_FIELDS:
                 if name not in kwargs:
                     setattr(generation_config, name, None)
-        model_kwargs = generation_config.update(**kwargs)
+        try:
+            model_kwargs = generation_config.update(**kwargs)
+        except TypeError as error:  # transformers' validation comparing an option of the wrong type
+            options = ", ".join(f"{k}={v!r}" for k, v in kwargs.items() if hasattr(generation_config, k))
+            raise ValueError(f"generate() options of the wrong type ({options}): {error}.") from error
         if generation_config.max_new_tokens is None:  # e.g. transformers 5.5's pipeline drops it when it sets max_length
             generation_config.max_new_tokens = defaults.max_new_tokens or MAX_NEW_TOKENS
         self._check_generation_options(generation_config)

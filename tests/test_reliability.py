@@ -404,13 +404,23 @@ def test_text_through_every_route(case, processor):
 def test_a_long_processor_text_warns_once_and_points_to_synthesize_long(processor, caplog):
     from transformers.utils import logging as transformers_logging
 
+    transformers_logging.warning_once.cache_clear()  # another test may have spent the one warning already
     transformers_logging.get_logger("higgs_v3").propagate = True
     with caplog.at_level("WARNING"):
-        inputs = processor("word " * 2000)
+        count = lambda text: len(TOKENIZER(text, add_special_tokens=False)["input_ids"])  # noqa: E731
+        at_limit = "!" * 1024  # one token per character in the tiny tokenizer
+        assert count(at_limit) == 1024 and count(at_limit + "!") == 1025
+        short = processor(at_limit)
+        assert not [r for r in caplog.records if "synthesize_long" in r.getMessage()]
+        long = processor(at_limit + "!")
         processor("other " * 2000)
-    warned = [r.message for r in caplog.records if "synthesize_long" in r.message]
-    assert inputs["input_ids"].shape[1] > 2000
-    assert len(warned) <= 1  # warning_once: at most once per process (another test may have triggered it first)
+    warned = [r.getMessage() for r in caplog.records if "synthesize_long" in r.getMessage()]
+    assert short["input_ids"].shape[1] == 1024 + 3 and long["input_ids"].shape[1] == 1025 + 3
+    assert warned == [
+        "A text of more than 1024 tokens is spoken as one generation; the model was trained on sentence-sized chunks "
+        "and tends to run away or skip words on long ones. Use higgs_v3.synthesize_long(model, processor, text), "
+        "which splits it into chunks and keeps the voice."
+    ]
 
 
 # ============================================================================================== generate options
@@ -707,6 +717,30 @@ class DiskFull:
         raise OSError(self.error, os.strerror(self.error), str(path))
 
 
+def _libsndfile_full(folder, monkeypatch):
+    """libsndfile's own error on a full disk (a RuntimeError): an OSError naming the file, the old file kept."""
+    def fail(path, *args, **kwargs):
+        Path(path).write_bytes(b"partial")
+        raise soundfile.LibsndfileError(1, "Error : system error (No space left on device)")
+
+    monkeypatch.setattr(soundfile, "write", fail)
+    with expect(OSError, "Could not write", "old.wav", "No space left on device", "previous file"):
+        save_audio(np.zeros(2400, dtype=np.float32), folder / "old.wav")
+
+
+def _safetensors_full(folder, monkeypatch):
+    import safetensors.torch
+    from safetensors import SafetensorError
+
+    def fail(tensors, path, metadata=None):
+        Path(path).write_bytes(b"partial")
+        raise SafetensorError("Error while serializing: IoError(No space left on device)")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", fail)
+    with expect(OSError, "Could not write", "voice.safetensors", "No space left on device"):
+        HiggsAudioV3Voice(codes=torch.ones(2, C, dtype=torch.long)).save(folder / "voice.safetensors")
+
+
 def _save_audio_full(folder, monkeypatch, error=errno.ENOSPC):
     disk = DiskFull(error)
     monkeypatch.setattr(soundfile, "write", lambda path, *a, **k: disk.fail(path))
@@ -854,6 +888,8 @@ def _convert_full(stage):
 
 WRITER_CASES = {
     "save_audio on a full disk": _save_audio_full,
+    "save_audio on a full disk (libsndfile's error)": _libsndfile_full,
+    "voice on a full disk (safetensors' error)": _safetensors_full,
     "save_audio with an I/O error": lambda f, m: _save_audio_full(f, m, errno.EIO),
     "save_audio over quota": lambda f, m: _save_audio_full(f, m, errno.EDQUOT),
     "voice .safetensors on a full disk": _voice_save_full(".safetensors"),
