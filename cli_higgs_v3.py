@@ -450,7 +450,9 @@ class SpeakRequest:
             _check_audio_file(self.ref_audio, "Reference audio file")
         elif self.voice:
             _check_input_file(self.voice[0], "Voice file")
-            if Path(self.voice[0]).suffix.lower() not in (".safetensors", ".json"):
+            from .audio_io_higgs_v3 import VOICE_FILE_SUFFIXES
+
+            if Path(self.voice[0]).suffix.lower() not in VOICE_FILE_SUFFIXES:  # a clip given with --voice
                 _check_audio_file(self.voice[0], "Reference audio file")
 
     def _check_outputs(self) -> None:

@@ -23,7 +23,8 @@ Four steps, each in its own module:
    over the original tensors.
 
 Everything is written into a temporary folder next to the output and renamed at the end: a failed run leaves the
-output as it was, and what a killed run leaves is cleaned up by the next (`output_folders_higgs_v3`). `--push-to-hub` uploads the result with `HfApi.upload_folder`. No pickle is loaded anywhere.
+output as it was, and what a killed run leaves is cleaned up by the next (`output_folders_higgs_v3`). `--push-to-hub`
+uploads the result with `HfApi.upload_folder`. No pickle is loaded anywhere.
 
 `from_original(repo_or_dir)` converts once into a local cache and loads the model from there (the original repo has no
 `auto_map`, so `AutoModel` cannot load it directly).
