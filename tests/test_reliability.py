@@ -704,6 +704,51 @@ def test_original_checkpoint(case, original, tmp_path, monkeypatch, capsys):
     assert_one_line(err, "convert_checkpoint.py: error: ", fragment)
 
 
+# ============================================================================================== converted model folders
+@pytest.fixture(scope="module")
+def model_folder(tmp_path_factory, processor) -> Path:
+    """A converted-layout folder: the tiny config, a weights file (its header is what the damaged cases break; the
+    loader fails on it before any tensor is compared), the processor files."""
+    from conftest import tiny_config
+
+    folder = tmp_path_factory.mktemp("model") / "tiny"
+    tiny_config().save_pretrained(folder)
+    save_file({"model.norm.weight": torch.ones(8)}, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    processor.save_pretrained(folder)
+    return folder
+
+
+MODEL_FOLDER_CASES: dict[str, tuple] = {
+    # name: (file, damage(bytes) -> bytes, loader, error type, fragment)
+    "weights cut in half": ("model.safetensors", lambda b: b[: len(b) // 2], "model", OSError, "are damaged"),
+    "weights cut to 8 bytes": ("model.safetensors", lambda b: b[:8], "model", OSError, "are damaged"),
+    "weights a pickle": ("model.safetensors", lambda b: pickle.dumps({"w": 1}), "model", OSError, "are damaged"),
+    "config.json not JSON": ("config.json", lambda b: b"{", "model", OSError, "config.json"),
+    "tokenizer.json not JSON": ("tokenizer.json", lambda b: b"{", "processor", ValueError,
+                                "Could not read the tokenizer or processor files in"),
+    "processor_config.json not JSON": ("processor_config.json", lambda b: b"{", "processor", OSError,
+                                       "processor_config.json"),
+    "tokenizer_config.json not JSON": ("tokenizer_config.json", lambda b: b"[1,", "processor", ValueError,
+                                       "Could not read the tokenizer or processor files in"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MODEL_FOLDER_CASES))
+def test_converted_model_folder(case, model_folder, tmp_path):
+    from higgs_v3.model_sources_higgs_v3 import load_model, load_processor
+
+    name, damage, loader, error_type, fragment = MODEL_FOLDER_CASES[case]
+    folder = tmp_path / "model"
+    folder.mkdir()
+    for path in model_folder.iterdir():
+        os.symlink(path, folder / path.name)
+    data = (model_folder / name).read_bytes()
+    (folder / name).unlink()
+    (folder / name).write_bytes(damage(data))
+    with nothing_lost(tmp_path), expect(error_type, fragment, str(folder)):
+        load_model(folder, "cpu", "float32") if loader == "model" else load_processor(folder)
+
+
 # ============================================================================================== failing writers
 class DiskFull:
     """A writer that writes part of its output and then fails as a full disk does (ENOSPC)."""
@@ -1175,6 +1220,7 @@ def case_counts() -> dict[str, int]:
         "generate options": len(GENERATE_CASES),
         "command line": len(CLI_CASES),
         "original checkpoints": len(CHECKPOINT_CASES),
+        "converted model folders": len(MODEL_FOLDER_CASES),
         "failing writers (full disk, read-only, interrupted)": len(WRITER_CASES),
         "conversion leftovers, damaged and concurrent caches": len(LEFTOVER_CASES) + len(CACHE_CASES) + 1,
         "size bounds": len(BOUND_CASES),
