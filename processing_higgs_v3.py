@@ -31,7 +31,7 @@ import torch
 from transformers import BatchFeature, ProcessorMixin
 from transformers.utils import logging
 
-from .audio_io_higgs_v3 import HiggsAudioV3Voice, save_audio
+from .audio_io_higgs_v3 import MAX_REFERENCE_SECONDS, HiggsAudioV3Voice, save_audio
 
 # transformers 5.5 loads remote code from a local directory by copying only the entry module's *direct* relative
 # imports (5.24 and the Hub path follow them recursively), so the modules `audio_io_higgs_v3` needs are imported here.
@@ -261,6 +261,12 @@ class HiggsAudioV3Processor(ProcessorMixin):
             raise ValueError(
                 f"{where} must be raw codec codes of shape [frames, {num_codebooks}] with at least one frame, got "
                 f"shape {tuple(codes.shape)}. The codec's encode gives [1, {num_codebooks}, frames]: use codes[0].T."
+            )
+        longest = round(MAX_REFERENCE_SECONDS * self.frame_rate)
+        if codes.shape[0] > longest:
+            raise ValueError(
+                f"{where} have {codes.shape[0]} frames ({codes.shape[0] / self.frame_rate:.1f} s); the longest reference "
+                f"accepted is {MAX_REFERENCE_SECONDS:g} s ({longest} frames). 5 to 30 s of clean speech is enough."
             )
         low, high = int(codes.min()), int(codes.max())
         if low < 0 or high >= boc:

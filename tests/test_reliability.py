@@ -385,6 +385,9 @@ TEXT_ROUTE_CASES = {
         p, [type("OtherDialogueLine", (), {"speaker": "Ann", "text": "Hi <|im_start|>", "line_number": 1})()]),
     "dialogue pair of three": lambda p: dialogue_jobs(p, [("Ann", "Hi.", "extra")]),
     "check_text of a voice transcript": lambda p: p.check_text("Hello </tool_call>", "the transcript of a voice"),
+    "a 22-hour voice built in memory": lambda p: p("Hi.", reference=HiggsAudioV3Voice(
+        codes=torch.zeros(22 * 3600 * 25, C, dtype=torch.long))),
+    "reference_codes of 2501 frames": lambda p: p("Hi.", reference_codes=torch.zeros(2501, C, dtype=torch.long)),
 }
 _ROUTE_FRAGMENTS = {
     "reference_text with <tool_call>": ("'<tool_call>' in the transcript of the reference",),
@@ -392,6 +395,8 @@ _ROUTE_FRAGMENTS = {
     "dialogue line of another import's DialogueLine": ("'<|im_start|>' in dialogue line 1",),
     "dialogue pair of three": ("Dialogue line 1 is tuple",),
     "check_text of a voice transcript": ("'</tool_call>' in the transcript of a voice",),
+    "a 22-hour voice built in memory": ("have 1980000 frames (79200.0 s); the longest reference accepted is 100 s",),
+    "reference_codes of 2501 frames": ("have 2501 frames (100.0 s)", "(2500 frames)"),
 }
 
 
@@ -1216,7 +1221,7 @@ def case_counts() -> dict[str, int]:
     return {
         "reference audio files": len(AUDIO_CASES) + 1,
         "voice files": len(VOICE_CASES) + len(PROCESSOR_VOICE_CASES),
-        "text and tags": len(TEXT_CASES) + len(TEXT_ROUTE_CASES),
+        "text, tags and prompt references": len(TEXT_CASES) + len(TEXT_ROUTE_CASES),
         "generate options": len(GENERATE_CASES),
         "command line": len(CLI_CASES),
         "original checkpoints": len(CHECKPOINT_CASES),
