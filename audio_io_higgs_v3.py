@@ -8,7 +8,9 @@
   `prepare_higgs_reference` and the codec's `encode_reference`), so a clip gives the codes the model was served with.
 - `HiggsAudioV3Voice` is an encoded reference (raw codec codes `[frames, num_codebooks]` plus the transcript), saved
   as safetensors or JSON (never pickle: voice files are shared between users) and passed to later processor calls.
-- `save_audio` writes a waveform with soundfile.
+- `save_audio` writes a waveform with soundfile. Every file written here goes through `atomic_output`: a temporary
+  file beside the target, renamed into place (`os.replace`), so a failed or interrupted write leaves the previous
+  file as it was and no partial file behind.
 
 `soundfile` is imported inside `try/except ImportError` so that loading this module as Hub remote code does not demand
 it; the functions that need it say what to install.
@@ -16,8 +18,12 @@ it; the functions that need it say what to install.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import re
+import secrets
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -47,6 +53,14 @@ MIN_REFERENCE_SECONDS: float = 1.0
 MAX_REFERENCE_SECONDS: float = 100.0
 """Longer reference clips are refused (the official server's limit; 5 to 30 s of clean speech is plenty)."""
 
+AUDIO_OUTPUT_SUFFIXES: tuple[str, ...] = (".wav", ".flac", ".ogg", ".mp3", ".aiff", ".au", ".caf", ".w64", ".rf64")
+"""File names `save_audio` writes (the format follows the extension; `.wav` is 16-bit PCM)."""
+
+MAX_VOICE_JSON_BYTES: int = 8 * 1024 * 1024
+"""A `.json` voice file larger than this is refused before it is read (a 100 s voice takes about 0.2 MB)."""
+
+_MAX_JSON_DEPTH = 4  # a voice record is {"codes": [[...]]}: anything nested deeper is not a voice
+
 AudioLike = str | os.PathLike | np.ndarray | torch.Tensor
 """A reference clip: a file path (wav/flac/ogg/... via libsndfile), or samples as a numpy array or torch tensor."""
 
@@ -59,20 +73,59 @@ _PCM_FULL_SCALE: dict[np.dtype, float] = {
 
 
 # --------------------------------------------------------------------------------------------------- reference audio
-def _read_audio_file(path: str | os.PathLike) -> tuple[np.ndarray, int]:
-    """`path` -> (samples `[channels, N]` float32 in [-1, 1], sample rate)."""
+def _unreadable_audio(path: str | os.PathLike, error: BaseException) -> ValueError:
+    reason = " ".join(str(error).split()) or type(error).__name__
+    return ValueError(
+        f"Could not read reference audio file {str(path)!r} ({reason}); accepted are the formats libsndfile reads, e.g. "
+        "wav, flac and ogg."
+    )
+
+
+def _read_audio_file(path: str | os.PathLike, max_seconds: float = MAX_REFERENCE_SECONDS) -> tuple[np.ndarray, int]:
+    """`path` -> (samples `[channels, N]` float32 in [-1, 1], sample rate). The length is read from the file's header
+    first: a file longer than `max_seconds` is refused before any sample is read."""
     if soundfile is None:
         raise ImportError("Reading audio files needs the `soundfile` package: run `pip install soundfile`.")
+    if os.path.isdir(path):
+        raise IsADirectoryError(f"Reference audio file {str(path)!r} is a folder; give an audio file (wav, flac, ogg).")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"Reference audio file {str(path)!r} does not exist.")
     try:
-        samples, file_rate = soundfile.read(os.fspath(path), dtype="float32", always_2d=True)  # [N, channels]
-    except Exception as error:  # soundfile raises LibsndfileError (a RuntimeError) for unknown or broken files
+        info = soundfile.info(os.fspath(path))
+    except Exception as error:  # soundfile raises LibsndfileError (a RuntimeError) or TypeError for non-audio files
+        raise _unreadable_audio(path, error) from error
+    if info.samplerate <= 0 or info.channels <= 0:
+        raise ValueError(f"Reference audio file {str(path)!r} has {info.samplerate} Hz and {info.channels} channels in "
+                         "its header; it is damaged.")
+    if info.frames > max_seconds * info.samplerate:
         raise ValueError(
-            f"Could not read reference audio file {str(path)!r} ({error}); accepted are the formats libsndfile "
-            "reads, e.g. wav, flac and ogg."
-        ) from error
+            f"Reference audio file {str(path)!r} is {info.frames / info.samplerate:.2f} s long ({info.frames} samples "
+            f"at {info.samplerate} Hz); the longest accepted is {max_seconds:g} s. Trim it: 5 to 30 s of clean speech "
+            "is enough to clone a voice."
+        )
+    try:
+        samples, file_rate = soundfile.read(os.fspath(path), dtype="float32", always_2d=True)  # [N, channels]
+    except Exception as error:  # a header that reads but a body that does not (truncated, corrupt)
+        raise _unreadable_audio(path, error) from error
+    truncation = _truncation(info, samples.shape[0])
+    if truncation is not None:
+        raise ValueError(f"Reference audio file {str(path)!r} is truncated: {truncation}. Export the clip again.")
     return np.ascontiguousarray(samples.T), int(file_rate)
+
+
+# libsndfile's log of a sample chunk larger than the file: WAV/RF64 `data`, AIFF `SSND`, AU `Data Size`, W64 `riff`.
+_CHUNK_SIZE = re.compile(r"^\s*(?:data|SSND|Data Size|riff)\s*: (\d+) \(should be (\d+)\)", re.MULTILINE)
+
+
+def _truncation(info, frames_read: int) -> str | None:
+    """Why a file that libsndfile reads is cut short, or None: a sample chunk larger than what the file holds (an
+    unfinished header, size 0 or 0xFFFFFFFF, is not a truncation), or fewer samples than the header announces."""
+    match = _CHUNK_SIZE.search(info.extra_info or "")
+    if match and 0 < int(match.group(2)) < int(match.group(1)) < 0xFFFFFF00:
+        return f"its header announces {match.group(1)} bytes of samples but the file holds {match.group(2)}"
+    if info.frames > 0 and frames_read < info.frames - max(0.05 * info.samplerate, 0.1 * info.frames):  # estimates: 10 %
+        return f"its header announces {info.frames} samples but {frames_read} could be read"
+    return None
 
 
 def _to_float_samples(samples: np.ndarray) -> np.ndarray:
@@ -131,8 +184,10 @@ def prepare_reference_waveform(
         ValueError: unreadable file, missing or invalid `sampling_rate`, unsupported dtype or shape, empty clip, NaN
             or infinite samples, clip longer than `max_seconds`.
     """
+    label = "Reference audio"  # named in every refusal below; a file by its path
     if isinstance(audio, (str, os.PathLike)):
-        samples, file_rate = _read_audio_file(audio)
+        label = f"Reference audio file {str(audio)!r}"
+        samples, file_rate = _read_audio_file(audio, max_seconds)
         if sampling_rate is not None and sampling_rate != file_rate:
             raise ValueError(
                 f"sampling_rate={sampling_rate} was given but {str(audio)!r} is sampled at {file_rate} Hz; leave "
@@ -158,17 +213,17 @@ def prepare_reference_waveform(
     sampling_rate = int(sampling_rate)
 
     if samples.size == 0:
-        raise ValueError("Reference audio is empty (0 samples).")
+        raise ValueError(f"{label} is empty (0 samples).")
     finite = np.isfinite(samples)
     if not finite.all():
         raise ValueError(
-            f"Reference audio has NaN or infinite values ({int((~finite).sum())} of {samples.size}); pass a clean "
+            f"{label} has NaN or infinite values ({int((~finite).sum())} of {samples.size}); pass a clean "
             "signal."
         )
     num_samples = samples.shape[-1]
     if num_samples > max_seconds * sampling_rate:
         raise ValueError(
-            f"Reference audio is {num_samples / sampling_rate:.2f} s long ({num_samples} samples at {sampling_rate} "
+            f"{label} is {num_samples / sampling_rate:.2f} s long ({num_samples} samples at {sampling_rate} "
             f"Hz); the longest accepted is {max_seconds:g} s. Trim it: 5 to 30 s of clean "
             "speech is enough to clone a voice."
         )
@@ -188,11 +243,55 @@ def prepare_reference_waveform(
 
 
 # ------------------------------------------------------------------------------------------------------------ output
+@contextlib.contextmanager
+def atomic_output(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temporary path beside `path` (same folder and suffix, a hidden name); when the block ends without an
+    error the file written there is flushed to disk and renamed to `path` with `os.replace`, so `path` holds the old
+    file or the new one, never part of one. On any error (a full disk, an interruption) the temporary file is removed
+    and `path` is left as it was.
+
+    >>> with atomic_output("speech.wav") as temporary:  # doctest: +SKIP
+    ...     soundfile.write(temporary, waveform, 24000)
+    """
+    path = Path(path)
+    temporary = path.with_name(f".{path.stem}.tmp-{os.getpid()}-{secrets.token_hex(4)}{path.suffix}")
+    try:
+        yield temporary
+        with open(temporary, "rb+") as written:
+            os.fsync(written.fileno())
+        os.replace(temporary, path)
+    except BaseException as error:
+        with contextlib.suppress(OSError):
+            temporary.unlink()
+        if type(error).__name__ in _WRITER_ERRORS:  # libsndfile's and safetensors' own errors for a failed write
+            reason = " ".join(str(error).split()) or type(error).__name__
+            raise OSError(f"Could not write {str(path)!r} ({reason}); the previous file, if any, is unchanged.") from error
+        raise
+
+
+_WRITER_ERRORS = ("LibsndfileError", "SafetensorError")
+
+
+def check_audio_output(path: str | os.PathLike) -> Path:
+    """`path` if its extension is one of `AUDIO_OUTPUT_SUFFIXES`, else a `ValueError` naming the accepted ones."""
+    path = Path(path)
+    if path.suffix.lower() not in AUDIO_OUTPUT_SUFFIXES:
+        found = repr(path.suffix) if path.suffix else "no extension"
+        raise ValueError(
+            f"Cannot write audio file {str(path)!r}: {found} is not an audio format written here; use one of "
+            f"{', '.join(AUDIO_OUTPUT_SUFFIXES)}."
+        )
+    return path
+
+
 def save_audio(waveform: np.ndarray | torch.Tensor, path: str | os.PathLike, sampling_rate: int = _RATES.sampling_rate) -> Path:
     """Write a mono waveform (`[N]` or `[1, N]`, float in [-1, 1]) to `path`; the format follows the extension
-    (`.wav` is written as 16-bit PCM, `.flac`, `.ogg`, ...). Returns the path."""
+    (`AUDIO_OUTPUT_SUFFIXES`: `.wav` is written as 16-bit PCM, `.flac`, `.ogg`, ...). The file is written beside
+    `path` and renamed into place (`atomic_output`): a failed write leaves an existing file as it was. Returns the
+    path."""
     if soundfile is None:
         raise ImportError("Writing audio files needs the `soundfile` package: run `pip install soundfile`.")
+    path = check_audio_output(path)
     if isinstance(waveform, torch.Tensor):
         waveform = waveform.detach().to(device="cpu", dtype=torch.float32).numpy()
     waveform = np.asarray(waveform, dtype=np.float32)
@@ -202,8 +301,9 @@ def save_audio(waveform: np.ndarray | torch.Tensor, path: str | os.PathLike, sam
         raise ValueError(
             f"save_audio writes one mono waveform of shape [samples] or [1, samples]; got shape {waveform.shape}."
         )
-    soundfile.write(os.fspath(path), waveform, int(sampling_rate))
-    return Path(path)
+    with atomic_output(path) as temporary:
+        soundfile.write(os.fspath(temporary), waveform, int(sampling_rate))
+    return path
 
 
 # ------------------------------------------------------------------------------------------------------------ voices
@@ -302,87 +402,182 @@ class HiggsAudioV3Voice:
         return self.num_frames / self.frame_rate
 
     def save(self, path: str | os.PathLike) -> Path:
-        """Write the voice to `path` (`.safetensors` or `.json`, chosen by the extension) and return the path."""
+        """Write the voice to `path` (`.safetensors` or `.json`, chosen by the extension) and return the path. The
+        file is written beside `path` and renamed into place (`atomic_output`)."""
         path = Path(path)
         suffix = path.suffix.lower()
-        if suffix == ".safetensors":
-            from safetensors.torch import save_file
-
-            metadata = {
-                "format": VOICE_FORMAT,
-                "version": str(VOICE_FORMAT_VERSION),
-                "text": json.dumps(self.text),
-                "sampling_rate": str(self.sampling_rate),
-                "frame_rate": str(self.frame_rate),
-            }
-            save_file({"codes": self.codes}, str(path), metadata=metadata)
-        elif suffix == ".json":
-            record = {
-                "format": VOICE_FORMAT,
-                "version": VOICE_FORMAT_VERSION,
-                "text": self.text,
-                "sampling_rate": self.sampling_rate,
-                "frame_rate": self.frame_rate,
-                "codes": self.codes.tolist(),
-            }
-            path.write_text(json.dumps(record, ensure_ascii=False) + "\n", encoding="utf-8")
-        else:
+        if suffix not in VOICE_FILE_SUFFIXES:
             raise ValueError(f"A voice is saved as .safetensors or .json; got the file name {path.name!r}.")
+        with atomic_output(path) as temporary:
+            if suffix == ".safetensors":
+                from safetensors.torch import save_file
+
+                metadata = {
+                    "format": VOICE_FORMAT,
+                    "version": str(VOICE_FORMAT_VERSION),
+                    "text": json.dumps(self.text),
+                    "sampling_rate": str(self.sampling_rate),
+                    "frame_rate": str(self.frame_rate),
+                }
+                save_file({"codes": self.codes}, str(temporary), metadata=metadata)
+            else:
+                record = {
+                    "format": VOICE_FORMAT,
+                    "version": VOICE_FORMAT_VERSION,
+                    "text": self.text,
+                    "sampling_rate": self.sampling_rate,
+                    "frame_rate": self.frame_rate,
+                    "codes": self.codes.tolist(),
+                }
+                temporary.write_text(json.dumps(record, ensure_ascii=False) + "\n", encoding="utf-8")
         return path
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> HiggsAudioV3Voice:
-        """Read a voice written by `save` (`.safetensors` or `.json`)."""
+    def load(cls, path: str | os.PathLike, max_seconds: float = MAX_REFERENCE_SECONDS) -> HiggsAudioV3Voice:
+        """Read a voice written by `save` (`.safetensors` or `.json`). Anything else (another file under that name, a
+        damaged or truncated file, a voice longer than `max_seconds`, read from the safetensors header before the
+        codes) is refused with a `ValueError` that names the file."""
         path = Path(path)
         suffix = path.suffix.lower()
+        if path.is_dir():
+            raise IsADirectoryError(f"Voice file {str(path)!r} is a folder; give a file saved by HiggsAudioV3Voice.save.")
         if not path.is_file():
             raise FileNotFoundError(f"Voice file {str(path)!r} does not exist.")
-        if suffix == ".safetensors":
-            from safetensors import safe_open
-
-            with safe_open(str(path), framework="pt") as f:
-                metadata = f.metadata() or {}
-                keys = list(f.keys())
-                if keys != ["codes"]:
-                    raise ValueError(
-                        f"{str(path)!r} is not a Higgs Audio v3 voice file: it holds tensors {keys}, expected "
-                        "['codes']."
-                    )
-                codes = f.get_tensor("codes")
-            record = {
-                "format": metadata.get("format"),
-                "version": metadata.get("version"),
-                "text": json.loads(metadata["text"]) if "text" in metadata else None,
-                "sampling_rate": metadata.get("sampling_rate", _RATES.sampling_rate),
-                "frame_rate": metadata.get("frame_rate", _RATES.frame_rate),
-            }
-        elif suffix == ".json":
-            record = json.loads(path.read_text(encoding="utf-8"))
-            if not isinstance(record, dict) or "codes" not in record:
-                raise ValueError(f"{str(path)!r} is not a Higgs Audio v3 voice file: no 'codes' field.")
-            codes = torch.tensor(record["codes"], dtype=torch.long)
-        else:
+        if suffix not in VOICE_FILE_SUFFIXES:
             raise ValueError(f"A voice is loaded from .safetensors or .json; got the file name {path.name!r}.")
-        if record.get("format") != VOICE_FORMAT:
-            raise ValueError(
-                f"{str(path)!r} is not a Higgs Audio v3 voice file: format is {record.get('format')!r}, expected "
-                f"{VOICE_FORMAT!r}."
+        try:
+            record, codes = (_read_safetensors_voice if suffix == ".safetensors" else _read_json_voice)(path, max_seconds)
+            voice = cls(
+                codes=codes,
+                text=record.get("text"),
+                sampling_rate=_header_int(record, "sampling_rate", _RATES.sampling_rate),
+                frame_rate=_header_int(record, "frame_rate", _RATES.frame_rate),
             )
-        if int(record.get("version")) > VOICE_FORMAT_VERSION:
-            raise ValueError(
-                f"{str(path)!r} is a version {record.get('version')} voice file; this code reads versions up to "
-                f"{VOICE_FORMAT_VERSION}. Update higgs-v3."
-            )
-        return cls(
-            codes=codes,
-            text=record.get("text"),
-            sampling_rate=int(record.get("sampling_rate")),
-            frame_rate=int(record.get("frame_rate")),
-        )
+        except _NotAVoice as error:
+            raise ValueError(f"{str(path)!r} is not a Higgs Audio v3 voice file: {error}") from None
+        except _VoiceFileError:
+            raise
+        except ValueError as error:
+            raise ValueError(f"{str(path)!r} is not a valid Higgs Audio v3 voice file: {error}") from error
+        if voice.num_frames > max_seconds * voice.frame_rate:
+            raise _VoiceFileError(_too_long(path, voice.num_frames, voice.frame_rate, max_seconds))
+        return voice
+
+
+class _NotAVoice(Exception):
+    """Why a file is not a voice file (`HiggsAudioV3Voice.load` names the file)."""
+
+
+class _VoiceFileError(ValueError):
+    """A refusal of a voice file whose message names the file already."""
+
+
+def _too_long(path: Path, frames: int, frame_rate: int, max_seconds: float) -> str:
+    return (
+        f"Voice file {str(path)!r} holds {frames} frames ({frames / frame_rate:.1f} s); the longest reference accepted "
+        f"is {max_seconds:g} s. Encode a shorter clip: 5 to 30 s of clean speech is enough to clone a voice."
+    )
+
+
+def _header_int(record: dict, key: str, default: int) -> int:
+    value = record.get(key, default)
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise _NotAVoice(f"its {key} is {value!r}, not a whole number.") from None
+    if number <= 0:
+        raise _NotAVoice(f"its {key} is {number}; it must be positive.")
+    return number
+
+
+def _check_record(record: dict, path: Path) -> None:
+    """The format marker and the version of a voice file's record."""
+    if record.get("format") != VOICE_FORMAT:
+        raise _NotAVoice(f"format is {record.get('format')!r}, expected {VOICE_FORMAT!r}.")
+    version = record.get("version")
+    if isinstance(version, bool) or not isinstance(version, (int, str)) or not str(version).isdigit():
+        raise _NotAVoice(f"its version is {version!r}, expected a whole number (this code reads versions up to "
+                         f"{VOICE_FORMAT_VERSION}).")
+    if int(version) > VOICE_FORMAT_VERSION:
+        raise _VoiceFileError(f"{str(path)!r} is a version {int(version)} voice file; this code reads versions up to "
+                              f"{VOICE_FORMAT_VERSION}. Update higgs-v3.")
+
+
+def _read_safetensors_voice(path: Path, max_seconds: float) -> tuple[dict, torch.Tensor]:
+    """(record, codes) of a `.safetensors` voice; its frames are checked in the header before the codes are read."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            metadata = f.metadata() or {}
+            keys = list(f.keys())
+            if keys != ["codes"]:
+                raise _NotAVoice(f"it holds tensors {keys}, expected ['codes'].")
+            record = {key: metadata.get(key) for key in ("format", "version", "sampling_rate", "frame_rate")}
+            _check_record(record, path)
+            shape = f.get_slice("codes").get_shape()
+            frame_rate = _header_int(record, "frame_rate", _RATES.frame_rate)
+            if len(shape) == 2 and shape[0] > max_seconds * frame_rate:
+                raise _VoiceFileError(_too_long(path, shape[0], frame_rate, max_seconds))
+            codes = f.get_tensor("codes")
+    except (_NotAVoice, _VoiceFileError):
+        raise
+    except Exception as error:  # safetensors' SafetensorError (a pickle or other file under this name, truncation)
+        reason = " ".join(str(error).split()) or type(error).__name__
+        raise _NotAVoice(f"it is not a readable safetensors file ({reason}).") from None
+    try:
+        record["text"] = json.loads(metadata["text"]) if "text" in metadata else None
+    except (ValueError, RecursionError):
+        raise _NotAVoice("its 'text' metadata is not JSON.") from None
+    return record, codes
+
+
+def _depth(value, limit: int) -> bool:
+    """Whether a JSON value nests deeper than `limit` lists/objects (iterative: no recursion limit)."""
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (list, dict)):
+            if depth > limit:
+                return True
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return False
+
+
+def _read_json_voice(path: Path, max_seconds: float) -> tuple[dict, torch.Tensor]:
+    """(record, codes) of a `.json` voice; files over `MAX_VOICE_JSON_BYTES` are refused before they are read."""
+    size = path.stat().st_size
+    if size > MAX_VOICE_JSON_BYTES:
+        raise _VoiceFileError(_too_long(path, -1, 1, max_seconds).replace("holds -1 frames (-1.0 s)", f"is {size} bytes"))
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except RecursionError:
+        raise _NotAVoice("its JSON is nested too deeply.") from None
+    except ValueError as error:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+        raise _NotAVoice(f"it is not UTF-8 JSON ({' '.join(str(error).split())}).") from None
+    if not isinstance(record, dict) or "codes" not in record:
+        raise _NotAVoice("no 'codes' field.")
+    _check_record(record, path)
+    if _depth(record, _MAX_JSON_DEPTH):
+        raise _NotAVoice("its JSON is nested deeper than a voice record ({\"codes\": [[...], ...], ...}).")
+    if record.get("text") is not None and not isinstance(record.get("text"), str):
+        raise _NotAVoice(f"its 'text' is {type(record['text']).__name__}, expected a string or null.")
+    rows = record["codes"]
+    if not isinstance(rows, list) or not all(isinstance(row, list) for row in rows):
+        raise _NotAVoice("its 'codes' is not a list of frames (lists of integer codes).")
+    try:
+        codes = torch.tensor(rows, dtype=torch.long)
+    except (TypeError, ValueError, RuntimeError, OverflowError) as error:
+        raise _NotAVoice(f"its 'codes' are not a rectangle of integers ({' '.join(str(error).split())}).") from None
+    return record, codes
 
 
 __all__ = [
+    "AUDIO_OUTPUT_SUFFIXES",
+    "MAX_VOICE_JSON_BYTES",
     "VOICE_FILE_SUFFIXES",
+    "atomic_output",
+    "check_audio_output",
     "MAX_REFERENCE_SECONDS",
     "MIN_REFERENCE_SECONDS",
     "AudioLike",

@@ -251,11 +251,21 @@ def parse_dialogue(script: str | Sequence[DialogueLine] | Sequence[tuple[str, st
     if isinstance(script, str):
         lines = _parse_script(script)
     else:
-        lines = [line if isinstance(line, DialogueLine) else DialogueLine(str(line[0]), line[1], number)
-                 for number, line in enumerate(script, start=1)]
+        lines = [_dialogue_line(line, number) for number, line in enumerate(script, start=1)]
     if not lines:
         raise ValueError("The dialogue script is empty; write one '[Name] text' line per turn.")
     return lines
+
+
+def _dialogue_line(line, number: int) -> DialogueLine:
+    """A `DialogueLine` (of any import of this module: checked by its fields, not its type) or a `(speaker, text)`
+    pair, as this module's `DialogueLine`."""
+    if hasattr(line, "speaker") and hasattr(line, "text"):
+        return DialogueLine(str(line.speaker), line.text, getattr(line, "line_number", number))
+    if isinstance(line, (tuple, list)) and len(line) == 2:
+        return DialogueLine(str(line[0]), line[1], number)
+    raise ValueError(f"Dialogue line {number} is {type(line).__name__} {line!r:.60}; give (speaker, text) pairs, "
+                     "DialogueLines or a '[Name] text' script.")
 
 
 def _parse_script(script: str) -> list[DialogueLine]:

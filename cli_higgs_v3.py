@@ -275,6 +275,8 @@ def _add_speak_parser(commands) -> None:
 
 # ================================================================================================= speak
 def _check_input_file(path: str, what: str, who: str = "") -> None:
+    if os.path.isdir(path):
+        raise CliError(f"{what} {path!r}{who} is a folder, not a file.")
     if not os.path.isfile(path):
         raise CliError(f"{what} {path!r}{who} does not exist.")
     if not os.access(path, os.R_OK):
@@ -286,11 +288,24 @@ def _check_audio_file(path: str, what: str, who: str = "") -> None:
     _check_input_file(path, what, who)
     import soundfile
 
+    from .audio_io_higgs_v3 import MAX_REFERENCE_SECONDS
+
     try:
-        soundfile.info(path)
+        info = soundfile.info(path)
     except Exception as error:  # soundfile raises LibsndfileError (a RuntimeError) or TypeError for non-audio files
         reason = " ".join(str(error).split()) or type(error).__name__
         raise CliError(f"{what} {path!r}{who} is not readable audio ({reason}); use wav, flac or ogg.") from error
+    if info.samplerate > 0 and info.frames > MAX_REFERENCE_SECONDS * info.samplerate:  # from the header, unread
+        raise CliError(f"{what} {path!r}{who} is {info.frames / info.samplerate:.1f} s long; the longest accepted is "
+                       f"{MAX_REFERENCE_SECONDS:g} s (5 to 30 s of clean speech is enough to clone a voice).")
+
+
+def _check_voice_file(path: str, what: str, who: str = "") -> None:
+    """A voice file must load (`HiggsAudioV3Voice.load`: its header, format, version and length; it is small)."""
+    _check_input_file(path, what, who)
+    from .audio_io_higgs_v3 import HiggsAudioV3Voice
+
+    HiggsAudioV3Voice.load(path)
 
 
 def _voice_source(spec: str, speaker: str | None) -> tuple[str, str | None]:
@@ -305,6 +320,17 @@ def _voice_source(spec: str, speaker: str | None) -> tuple[str, str | None]:
             return head, spec[match.end():]
     path = spec.split(":", 1)[0]
     raise CliError(f"Voice file or reference clip {path!r}{who} does not exist.")
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether two paths name one file: the same resolved path (symbolic links followed) or, for existing files, the
+    same inode (hard links)."""
+    if Path(a).expanduser().resolve() == Path(b).expanduser().resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist yet
+        return False
 
 
 def _parse_dialogue_voices(specs: list[str]) -> dict[str, tuple[str, str | None]]:
@@ -333,14 +359,42 @@ def _check_output(path: str, what: str, suffixes: tuple[str, ...] | None = None)
         raise CliError(f"{what.capitalize()} {path!r} must end with {' or '.join(suffixes)}.")
 
 
-def _check_audio_output(path: str) -> None:
-    _check_output(path, "the audio file")
-    import soundfile
+def _probe_writable(path: str, what: str) -> None:
+    """Create and remove a file in `path`'s folder: the permission bits do not tell (root ignores them, a read-only
+    mount or a full quota does not show in them)."""
+    import tempfile
 
-    suffix = Path(path).suffix.lower().lstrip(".")
-    if suffix not in {name.lower() for name in soundfile.available_formats()}:
-        raise CliError(f"Cannot write audio file {path!r}: unknown extension {('.' + suffix) if suffix else '(none)'}; "
-                       "use .wav, .flac or .ogg.")
+    folder = Path(path).expanduser().resolve().parent
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=f".{Path(path).name}.probe-"):
+            pass
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise CliError(f"Cannot write {what} {path!r}: creating a file in {str(folder)!r} fails ({reason}).") from error
+
+
+def _check_audio_output(path: str) -> None:
+    """The audio output's folder, its extension (`AUDIO_OUTPUT_SUFFIXES`), and a probe: a short silence written
+    beside it in its format and removed, so that no format or permission problem shows only after generation."""
+    _check_output(path, "the audio file")
+    import numpy as np
+
+    from .audio_io_higgs_v3 import check_audio_output, save_audio
+
+    try:
+        check_audio_output(path)
+    except ValueError as error:
+        raise CliError(str(error)) from None
+    _probe_writable(path, "the audio file")
+    target = Path(path).expanduser().resolve()
+    probe = target.with_name(f".{target.stem}.probe-{secrets.token_hex(4)}{target.suffix}")
+    try:
+        save_audio(np.zeros(2400, dtype=np.float32), probe)
+    except Exception as error:  # libsndfile's errors for a format it cannot write here
+        reason = " ".join(str(error).split()) or type(error).__name__
+        raise CliError(f"Cannot write audio file {path!r}: a test write in its format fails ({reason}).") from error
+    finally:
+        probe.unlink(missing_ok=True)
 
 
 @dataclass
@@ -405,10 +459,30 @@ class SpeakRequest:
         for name, (path, _) in self.voices.items():
             if Path(path).suffix.lower() not in VOICE_FILE_SUFFIXES:
                 _check_audio_file(path, "Reference clip", f" for speaker {name!r}")
+            else:
+                _check_voice_file(path, "Voice file", f" for speaker {name!r}")
+        if not self.dialogue and self.voice and Path(self.voice[0]).suffix.lower() in VOICE_FILE_SUFFIXES:
+            _check_voice_file(self.voice[0], "Voice file")
+        self._check_max_seconds()
         if self.dialogue:
             from .chunking_higgs_v3 import check_dialogue_voices, parse_dialogue
 
             check_dialogue_voices(parse_dialogue(self.text), self.voices, self.auto_voices)
+
+    def _check_max_seconds(self) -> None:
+        """--max-seconds within what one request's positions hold (`longform_higgs_v3.max_new_tokens_for`)."""
+        max_seconds = self.longform_options.get("max_seconds")
+        if max_seconds is None:
+            return
+        from .delay_higgs_v3 import HiggsAudioV3AudioSpec
+        from .generation_higgs_v3 import MAX_POSITIONS
+
+        spec = HiggsAudioV3AudioSpec()  # the rates of every Higgs Audio v3 codec
+        longest = spec.seconds(spec.frames(MAX_POSITIONS))
+        if max_seconds > longest:
+            raise CliError(f"--max-seconds {max_seconds:g} is more than one chunk can hold: at most {longest:g} s "
+                           f"(prompt plus audio rows are at most {MAX_POSITIONS} positions); long text is split into "
+                           "chunks anyway.")
 
     def _read_text(self) -> str:
         if self.text is not None and self.text_file is not None:
@@ -469,6 +543,10 @@ class SpeakRequest:
             _check_audio_file(self.ref_audio, "Reference audio file")
         elif self.voice:
             _check_input_file(self.voice[0], "Voice file")
+            from .audio_io_higgs_v3 import VOICE_FILE_SUFFIXES
+
+            if Path(self.voice[0]).suffix.lower() not in VOICE_FILE_SUFFIXES:  # a clip given with --voice
+                _check_audio_file(self.voice[0], "Reference audio file")
 
     def _check_outputs(self) -> None:
         _check_audio_output(self.output)
@@ -476,12 +554,34 @@ class SpeakRequest:
             _check_output(self.save_codes, "the codes file", (".safetensors",))
         if self.split_dir and Path(self.split_dir).exists() and not Path(self.split_dir).is_dir():
             raise CliError(f"--split-dir {self.split_dir!r} is a file, not a folder.")
+        if self.save_codes:
+            _probe_writable(self.save_codes, "the codes file")
+        if self.save_voice:
+            _probe_writable(self.save_voice, "the voice file")
         inputs = [self.text_file, self.reference, *(path for path, _ in self.voices.values())]
-        inputs = {Path(path).resolve() for path in inputs if path not in (None, "-")}
-        for option, path in (("-o", self.output), ("--save-codes", self.save_codes), ("--save-voice", self.save_voice)):
-            if path and Path(path).resolve() in inputs:
+        inputs = [path for path in inputs if path not in (None, "-")]
+        outputs = [(option, path) for option, path in
+                   (("-o", self.output), ("--save-codes", self.save_codes), ("--save-voice", self.save_voice)) if path]
+        for number, (option, path) in enumerate(outputs):
+            if any(_same_file(path, given) for given in inputs):
                 raise CliError(f"{option} {path!r} is also an input of this command; writing it would destroy it. "
                                "Choose another file name.")
+            for other_option, other in outputs[:number]:
+                if _same_file(path, other):
+                    raise CliError(f"{option} {path!r} is also the file of {other_option}; each output needs its own "
+                                   "file name.")
+        if self.split_dir:
+            self._check_split_dir(inputs)
+
+    def _check_split_dir(self, inputs: list[str]) -> None:
+        """No input may have the name of a file --split-dir writes (`NNN.ext` or `NNN_speaker.ext`)."""
+        split_dir = Path(self.split_dir).expanduser().resolve()
+        suffix = re.escape(Path(self.output).suffix or ".wav")
+        for path in inputs:
+            resolved = Path(path).resolve()
+            if resolved.parent == split_dir and re.fullmatch(rf"\d{{3}}(_[\w.-]+)?{suffix}", resolved.name):
+                raise CliError(f"--split-dir {self.split_dir!r} would write {resolved.name!r}, which is an input of this "
+                               "command; choose another folder.")
 
     def check_texts(self, processor) -> None:
         """The processor's checks of the text (every script line) and of the transcripts, before the model loads."""
@@ -624,7 +724,7 @@ def cmd_convert(argv: list[str]) -> int:
     from .convert_checkpoint import main as convert_main
 
     code = convert_main(argv, prog="higgs-v3 convert")
-    return EXIT_ERROR if code not in (0, None) else 0
+    return 0 if code in (0, None) else code if code == 130 else EXIT_ERROR
 
 
 def cmd_make_tiny(args) -> int:

@@ -25,7 +25,8 @@ Four steps, each in its own module:
    over the original tensors.
 
 Everything is written into a temporary folder next to the output and renamed at the end: a failed run leaves the
-output as it was. `--push-to-hub` uploads the result with `HfApi.upload_folder`. No pickle is loaded anywhere.
+output as it was, and what a killed run leaves is cleaned up by the next (`output_folders_higgs_v3`). `--push-to-hub`
+uploads the result with `HfApi.upload_folder`. No pickle is loaded anywhere.
 
 `from_original(repo_or_dir)` converts once into a local cache and loads the model from there (the original repo has no
 `auto_map`, so `AutoModel` cannot load it directly).
@@ -55,6 +56,7 @@ if __name__ == "__main__" and not __package__:  # pragma: no cover - `python con
     raise SystemExit(_main())
 
 import argparse
+import contextlib
 import copy
 import functools
 import hashlib
@@ -63,7 +65,6 @@ import math
 import os
 import shutil
 import sys
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -82,6 +83,13 @@ from .converted_repo_higgs_v3 import (
     write_model_card,
     write_repo_files,
     write_weights,
+)
+from .output_folders_higgs_v3 import (
+    check_complete,
+    clean_stale_siblings,
+    staging_folder,
+    swap_into_place,
+    write_complete,
 )
 from .original_format_higgs_v3 import (
     CODEC_PREFIX,
@@ -435,17 +443,13 @@ def _check_input(source_dir: Path, output: Path) -> Path:
 
 
 def _swap_into_place(staging: Path, output: Path, overwrite: bool) -> None:
-    """Rename `staging` to `output`; an old output is removed only once the new one is in place."""
+    """Rename `staging` to `output`; an old output is removed only once the new one is in place
+    (`output_folders_higgs_v3.swap_into_place`)."""
     if output.is_dir() and not _is_empty_dir(output) and not overwrite:
         raise ConversionError(
             f"The output folder {str(output)!r} became non-empty during the conversion; not replacing it."
         )
-    retired = output.parent / f"{output.name}_replaced_{uuid.uuid4().hex[:8]}" if output.exists() else None
-    if retired is not None:
-        os.rename(output, retired)
-    os.rename(staging, output)
-    if retired is not None:
-        shutil.rmtree(retired, ignore_errors=True)
+    swap_into_place(staging, output)
 
 
 def _write_and_verify(
@@ -495,6 +499,7 @@ def convert(
     True
     """
     torch_dtype = _check_options(dtype, max_shard_size)
+    clean_stale_siblings(Path(output_dir).expanduser().absolute())  # a killed run's leftovers; a lost output restored
     output = _check_output(output_dir, overwrite)
     source_dir = _check_input(resolve_input(input_path, revision=revision, cache_dir=cache_dir), output)
     source = read_original(source_dir)
@@ -502,8 +507,7 @@ def convert(
     split = shard_split(plan.tensors, max_shard_size)
 
     output.parent.mkdir(parents=True, exist_ok=True)
-    staging = output.parent / f"{output.name}_converting_{uuid.uuid4().hex[:8]}"
-    staging.mkdir()
+    staging = staging_folder(output)
     try:
         shards, max_abs_diff, tolerance = _write_and_verify(
             source, plan, staging, split, verify=verify, dtype=dtype, base_model=base_model, repo_id=push_to_hub
@@ -549,14 +553,43 @@ def converted_path(
 ) -> Path:
     """Convert an original checkpoint once into `cache_dir` (default `default_cache_dir()`) and return the converted
     folder; later calls with the same source (same files, same revision), dtype and codec config return the cached
-    folder at once."""
+    folder at once. An entry ends with a completion marker (sizes and sha256 of its files,
+    `output_folders_higgs_v3`): an entry without it, or with a file missing or of another size, is reported in one
+    warning and converted again; concurrent calls for one entry convert it once (a lock on the cache folder)."""
     source_dir = resolve_input(repo_or_dir, revision=revision).resolve()
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     target = cache / f"{source_dir.name}-{_cache_key(source_dir, dtype, codec_config)}"
-    if (target / "config.json").is_file():
+    if target.exists() and check_complete(target) is None:
+        clean_stale_siblings(target)  # what a killed earlier call left beside a complete entry
         return target
-    convert(source_dir, target, dtype=dtype, overwrite=True, verify=verify, codec_config=codec_config)
+    cache.mkdir(parents=True, exist_ok=True)
+    with _cache_lock(cache):
+        clean_stale_siblings(target)
+        if target.exists():
+            problem = check_complete(target)
+            if problem is None:  # converted by a concurrent call while this one waited
+                return target
+            logger.warning(f"The cached conversion {str(target)!r} is damaged ({problem}); converting it again.")
+        convert(source_dir, target, dtype=dtype, overwrite=True, verify=verify, codec_config=codec_config)
+        write_complete(target)
     return target
+
+
+@contextlib.contextmanager
+def _cache_lock(cache: Path):
+    """An exclusive lock on the cache folder while an entry is converted, so concurrent calls convert it once (no
+    lock where fcntl is missing). A complete entry is returned without waiting for it."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on POSIX: concurrent conversions of one entry may both run
+        yield
+        return
+    descriptor = os.open(cache, os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)  # closing releases the lock
 
 
 def from_original(
@@ -585,13 +618,24 @@ def from_original(
 
 
 # ------------------------------------------------------------------------------------------------------ command line
+EXIT_USER_ERROR = 2
+"""The exit code of a fault of the input, output or options (as `higgs-v3 convert` and argparse exit)."""
+
+
 def _shard_size_argument(text: str) -> int | str:
     """A number of bytes as an `int`; anything else is left for `huggingface_hub` to parse (`5GB`, `500MB`)."""
     return int(text) if text.isdigit() else text
 
 
+class _OneLineParser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line and exit code 2 (as `higgs-v3`'s)."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def _parser(prog: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog=prog, description="Convert the original Higgs Audio v3 checkpoint into a verified Transformers repo."
     )
     parser.add_argument("--input", required=True, help=f"original folder or Hub repo id (e.g. {ORIGINAL_REPO_ID})")
@@ -642,8 +686,9 @@ def _export_main(args) -> int:
 
 
 def main(argv: list[str] | None = None, prog: str = "convert_checkpoint.py") -> int:
-    """The command line: convert, print what was written, ignored and verified. Returns 0, or 1 after printing a
-    `ConversionError` as one line."""
+    """The command line: convert, print what was written, ignored and verified. Returns 0; 2 after printing a fault
+    of the input, output or options (`ConversionError` and every other `ValueError` / `OSError`) as one line; 130 when
+    interrupted (the output is left as it was). `HIGGS_V3_DEBUG=1` shows the traceback instead."""
     args = _parser(prog).parse_args(argv)
     if args.original is not None and not args.to_original:
         print("error: --original only applies to --to-original.", file=sys.stderr)
@@ -664,9 +709,17 @@ def main(argv: list[str] | None = None, prog: str = "convert_checkpoint.py") -> 
             push_to_hub=args.push_to_hub,
             private=args.private,
         )
-    except ConversionError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted; the output was left as it was.", file=sys.stderr)
+        return 130
+    except (ValueError, OSError) as error:  # ConversionError is a ValueError
+        if os.environ.get("HIGGS_V3_DEBUG"):
+            raise
+        message = " ".join(str(error).split()) or type(error).__name__
+        if isinstance(error, FileNotFoundError) and error.filename and "No such file" in message:
+            message = f"{error.filename!s} does not exist."
+        print(f"{prog}: error: {message}", file=sys.stderr)
+        return EXIT_USER_ERROR
     print(f"Converted {result.num_tensors} tensors into {result.output_dir} ({', '.join(result.shards)}).")
     for name, reason in sorted(result.ignored.items()):
         print(f"  ignored {name}: {reason}")

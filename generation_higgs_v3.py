@@ -266,6 +266,39 @@ _STOCK_SAMPLING_FIELDS: dict[str, object] = {"temperature": 1.0, "top_k": 50, "t
 
 
 # ---------------------------------------------------------------------------------------------- the mixin
+def _check_call_objects(input_ids, attention_mask, generation_config, logits_processor, stopping_criteria, streamer,
+                        seed, max_positions, kwargs: dict) -> None:
+    """The types and shapes of `generate`'s other arguments, each refused with a `ValueError` that names it (once per
+    call, before any work; the stock loop would fail later with an `AttributeError` or a shape error)."""
+    if generation_config is not None and not isinstance(generation_config, GenerationConfig):
+        raise ValueError(f"generation_config must be a transformers GenerationConfig, got {type(generation_config).__name__}.")
+    for name, given in (("logits_processor", logits_processor), ("stopping_criteria", stopping_criteria)):
+        if given is not None and (not isinstance(given, (list, tuple)) or not all(callable(item) for item in given)):
+            raise ValueError(f"{name} must be a list of callables (a {name.title().replace('_', '')}List), got {given!r:.80}.")
+    if streamer is not None and not (callable(getattr(streamer, "put", None)) and callable(getattr(streamer, "end", None))):
+        raise ValueError(f"streamer must have put() and end() (a transformers BaseStreamer, e.g. model.audio_streamer()), "
+                         f"got {type(streamer).__name__}.")
+    if max_positions is not None and (isinstance(max_positions, bool) or not isinstance(max_positions, int) or max_positions < 1):
+        raise ValueError(f"max_positions must be a positive number of positions or None, got {max_positions!r}.")
+    limit = kwargs.get("max_new_tokens")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ValueError(f"max_new_tokens must be a positive number of audio rows, got {limit!r}.")
+    do_sample = kwargs.get("do_sample")
+    if do_sample is not None and not isinstance(do_sample, bool):
+        raise ValueError(f"do_sample must be True or False, got {do_sample!r}.")
+    if seed is not None and not isinstance(seed, int):
+        values = seed.tolist() if hasattr(seed, "tolist") else seed  # numpy / torch integers and arrays
+        values = [values] if isinstance(values, int) else values
+        if not isinstance(values, (list, tuple)) or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            raise ValueError(f"seed must be an int or a list of ints (one per sequence), got {seed!r:.80}.")
+    if isinstance(input_ids, torch.Tensor) and input_ids.dim() == 2:
+        if input_ids.shape[1] == 0:
+            raise ValueError("generate() needs at least one prompt position; build the prompt with HiggsAudioV3Processor.")
+        if attention_mask is not None and tuple(attention_mask.shape) != tuple(input_ids.shape):
+            raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)}; it must match input_ids "
+                             f"{tuple(input_ids.shape)}.")
+
+
 class HiggsAudioV3GenerationMixin(GenerationMixin):
     r"""`generate` for Higgs Audio v3: the delay-pattern state machine around transformers' stock decoding loop.
 
@@ -325,6 +358,8 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         ```
         """
         self._check_generate_arguments(input_ids, kwargs)
+        _check_call_objects(input_ids, attention_mask, generation_config, logits_processor, stopping_criteria, streamer,
+                            seed, max_positions, kwargs)
         if output_audio and getattr(self, "codec", None) is None:
             raise ValueError(
                 "output_audio=True needs the codec, and this model has none (config.codec_config is None): load a "
@@ -389,7 +424,11 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
             for name in _STOCK_SAMPLING_FIELDS:
                 if name not in kwargs:
                     setattr(generation_config, name, None)
-        model_kwargs = generation_config.update(**kwargs)
+        try:
+            model_kwargs = generation_config.update(**kwargs)
+        except TypeError as error:  # transformers' validation comparing an option of the wrong type
+            options = ", ".join(f"{k}={v!r}" for k, v in kwargs.items() if hasattr(generation_config, k))
+            raise ValueError(f"generate() options of the wrong type ({options}): {error}.") from error
         if generation_config.max_new_tokens is None:  # e.g. transformers 5.5's pipeline drops it when it sets max_length
             generation_config.max_new_tokens = defaults.max_new_tokens or MAX_NEW_TOKENS
         self._check_generation_options(generation_config)
@@ -409,8 +448,18 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
 
     def _limit_positions(self, generation_config: GenerationConfig, prompt_length: int, max_positions: int | None) -> None:
         """Keep prompt plus rows within `max_positions` (see `MAX_POSITIONS`): refuse a prompt that fills it, clip
-        `max_new_tokens` with a warning that names the numbers."""
+        `max_new_tokens` with a warning that names the numbers. With `max_positions=None`, prompt plus rows must still fit
+        the model's position embeddings (`max_position_embeddings`): more is a `ValueError` before anything runs."""
         if max_positions is None:
+            # *** Higgs v3 specific: no request beyond the positions the model was built for, even with the limit lifted ***
+            embeddings = getattr(self.config.get_text_config(), "max_position_embeddings", None)
+            if embeddings is not None and prompt_length + generation_config.max_new_tokens > embeddings:
+                raise ValueError(
+                    f"max_new_tokens={generation_config.max_new_tokens} after a {prompt_length}-position prompt passes "
+                    f"the model's max_position_embeddings={embeddings}; pass at most "
+                    f"{max(embeddings - prompt_length, 0)} (or keep the default max_positions={MAX_POSITIONS})."
+                )
+            # *** end Higgs v3 specific ***
             return
         room = max_positions - prompt_length
         if room < 1:
@@ -494,8 +543,9 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
                     f"generate() does not support {name}={value!r} for audio codes (it has no meaning for the "
                     f"8-codebook delay pattern). Supported: {_SUPPORTED}."
                 )
-        if generation_config.max_new_tokens is None or generation_config.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be a positive number of audio rows, got {generation_config.max_new_tokens}.")
+        limit = generation_config.max_new_tokens
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"max_new_tokens must be a positive number of audio rows, got {limit!r}.")
 
     def _sequence_seeds(self, seed, batch_size: int, device: torch.device) -> torch.LongTensor:
         if seed is None:

@@ -37,9 +37,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .audio_io_higgs_v3 import MAX_REFERENCE_SECONDS, VOICE_FILE_SUFFIXES, HiggsAudioV3Voice, save_audio
+from .audio_io_higgs_v3 import MAX_REFERENCE_SECONDS, VOICE_FILE_SUFFIXES, HiggsAudioV3Voice, atomic_output, save_audio
 from .chunking_higgs_v3 import DEFAULT_MAX_CHARS, DialogueLine, check_dialogue_voices, parse_dialogue, split_text
-from .generation_higgs_v3 import MAX_NEW_TOKENS
+from .generation_higgs_v3 import MAX_NEW_TOKENS, MAX_POSITIONS
 from .sampling_higgs_v3 import check_seed, draw_seed
 from .streaming_higgs_v3 import HiggsAudioV3RowTracker
 
@@ -331,14 +331,15 @@ class SpeechResult:
         return tensors, metadata
 
     def save_codes(self, path: str | os.PathLike) -> Path:
-        """Write `codes_state_dict()` to a `.safetensors` file."""
+        """Write `codes_state_dict()` to a `.safetensors` file (beside it first, then renamed into place)."""
         from safetensors.torch import save_file
 
         path = Path(path)
         if path.suffix.lower() != ".safetensors":
             raise ValueError(f"Codes are saved as .safetensors; got the file name {path.name!r}.")
         tensors, metadata = self.codes_state_dict()
-        save_file(tensors, str(path), metadata=metadata)
+        with atomic_output(path) as temporary:
+            save_file(tensors, str(temporary), metadata=metadata)
         return path
 
 
@@ -352,12 +353,18 @@ def _join(chunks: Sequence[ChunkResult], pause_seconds: float, sampling_rate: in
 # =============================================================================================== the synthesis core
 def max_new_tokens_for(model: HiggsAudioV3ForConditionalGeneration, max_seconds: float | None) -> int | None:
     """Rows for `max_seconds` of audio (`config.audio_spec.rows_for_seconds`: the frames plus the delay pattern's
-    rows); None for None."""
+    rows); None for None. More rows than one request's positions allow (`MAX_POSITIONS`) is a `ValueError` naming the
+    longest `max_seconds` accepted."""
     if max_seconds is None:
         return None
     if isinstance(max_seconds, bool) or not isinstance(max_seconds, (int, float)) or not 0 < max_seconds < math.inf:
         raise ValueError(f"max_seconds must be a positive number of seconds, got {max_seconds!r}.")
-    return model.config.audio_spec.rows_for_seconds(max_seconds)
+    spec = model.config.audio_spec
+    longest = spec.seconds(spec.frames(MAX_POSITIONS))
+    if max_seconds > longest:
+        raise ValueError(f"max_seconds={max_seconds:g} is more than one request can hold: prompt plus rows are at most "
+                         f"{MAX_POSITIONS} positions, at most {longest:g} s of audio per chunk.")
+    return spec.rows_for_seconds(max_seconds)
 
 
 class _Synthesizer:

@@ -177,6 +177,18 @@ def _device(name: str):
 
 
 def load_processor(path: Path):
+    """The installed package's processor of the folder `path`; a damaged tokenizer or processor file is a
+    `ValueError` that names the folder."""
+    try:
+        return _load_processor(path)
+    except ValueError as error:
+        reason = " ".join(str(error).split())
+        if str(path) in reason:
+            raise
+        raise ValueError(f"Could not read the tokenizer or processor files in {str(path)!r} ({reason}).") from error
+
+
+def _load_processor(path: Path):
     from .processing_higgs_v3 import HiggsAudioV3Processor
 
     if (path / "processor_config.json").is_file():
@@ -194,7 +206,13 @@ def load_model(path: Path, device: str, dtype: str):
     from .modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
 
     target = _device(device)
-    model = HiggsAudioV3ForConditionalGeneration.from_pretrained(str(path), dtype=dtype)
+    try:
+        model = HiggsAudioV3ForConditionalGeneration.from_pretrained(str(path), dtype=dtype)
+    except Exception as error:
+        if type(error).__name__ != "SafetensorError":  # safetensors' own error for a truncated or foreign file
+            raise
+        reason = " ".join(str(error).split())
+        raise OSError(f"The weights in {str(path)!r} are damaged ({reason}); convert or download them again.") from error
     return model.to(target).eval()
 
 

@@ -31,7 +31,7 @@ import torch
 from transformers import BatchFeature, ProcessorMixin
 from transformers.utils import logging
 
-from .audio_io_higgs_v3 import HiggsAudioV3Voice, save_audio
+from .audio_io_higgs_v3 import MAX_REFERENCE_SECONDS, HiggsAudioV3Voice, save_audio
 
 # transformers 5.5 loads remote code from a local directory by copying only the entry module's *direct* relative
 # imports (5.24 and the Hub path follow them recursively), so the modules `audio_io_higgs_v3` needs are imported here.
@@ -44,6 +44,13 @@ logger = logging.get_logger(__name__)
 TAG_PATTERN = re.compile(r"<\|[^<>|\n]*\|>")
 """Anything that looks like a special token (`<|...|>`, one line, no nested brackets); each match is checked against the
 tokenizer's control tags. The long-form chunker never cuts inside one."""
+
+_TAG_START = re.compile(r"<\|[^\s<>|]*")  # an opening `<|` and what follows it up to a space or bracket
+
+LONG_PROMPT_TEXT_TOKENS: int = 1024
+"""A text of more tokens than this in one processor call is spoken as one generation with a warning: the model was
+trained on sentence-sized chunks and tends to run away or skip words on long ones; `synthesize_long` splits a long
+text into chunks (300 characters, about 100 tokens, by default)."""
 
 
 class HiggsAudioV3Processor(ProcessorMixin):
@@ -127,6 +134,7 @@ class HiggsAudioV3Processor(ProcessorMixin):
         self.audio_spec = HiggsAudioV3AudioSpec.from_config(self)
         self._token_ids = self._lookup_prompt_token_ids()
         self._control_tags, self._structural_tokens = self._classify_added_tokens()
+        self._reserved_pattern = self._reserved_token_pattern()
 
     # ------------------------------------------------------------------ setup
     def _lookup_prompt_token_ids(self) -> dict[str, int]:
@@ -147,6 +155,14 @@ class HiggsAudioV3Processor(ProcessorMixin):
         control = sorted((t for t in added if t.startswith(families) and t.endswith("|>")), key=added.__getitem__)
         structural = {t for t in added if TAG_PATTERN.fullmatch(t) and t not in control}
         return control, structural
+
+    def _reserved_token_pattern(self) -> re.Pattern | None:
+        """One pattern for every added token of the tokenizer that is neither a control tag nor of the `<|...|>` form
+        (those are checked by `TAG_PATTERN`), e.g. `<tool_call>`: the tokenizer would turn them into special tokens."""
+        reserved = [t for t in self.tokenizer.get_added_vocab() if t not in self._control_tags and not TAG_PATTERN.fullmatch(t)]
+        if not reserved:
+            return None
+        return re.compile("|".join(map(re.escape, sorted(reserved, key=len, reverse=True))))
 
     @classmethod
     def from_model_config(cls, tokenizer, config, **kwargs) -> HiggsAudioV3Processor:
@@ -189,8 +205,10 @@ class HiggsAudioV3Processor(ProcessorMixin):
     def check_text(self, text, where: str = "the text") -> str:
         """Return `text` if it can be spoken, else raise a `ValueError` naming `where`: it must be a non-empty string
         whose every `<|...|>` is a control tag (a misspelled tag would be read aloud, and structural tokens such as
-        `<|tts|>` are placed by the processor only). Callers that want to fail early (the command line, long-form
-        speech) call this before any model work; `__call__` calls it on every text and transcript."""
+        `<|tts|>` are placed by the processor only), that holds no other special token of the tokenizer (e.g.
+        `<tool_call>`, which would reach the prompt as a special token) and no unclosed `<|` (the tag the writer meant
+        would be read aloud). Callers that want to fail early (the command line, long-form speech) call this before any
+        model work; `__call__` calls it on every text and transcript (voice files' transcripts included)."""
         if not isinstance(text, str):
             raise ValueError(f"{where[:1].upper() + where[1:]} must be a string, got {type(text).__name__}.")
         if not text.strip():
@@ -210,7 +228,27 @@ class HiggsAudioV3Processor(ProcessorMixin):
                 f"Unknown control tag {tag!r} in {where}; it would be read aloud. {hint}. processor.valid_tags() (or "
                 f"`higgs-v3 tags`) lists all {len(self._control_tags)}."
             )
+        self._check_reserved_and_unclosed(text, where)
         return text
+
+    def _check_reserved_and_unclosed(self, text: str, where: str) -> None:
+        """Refuse the tokenizer's other special tokens (`<tool_call>`, ...) and a `<|` that no `|>` closes."""
+        if self._reserved_pattern is not None and (match := self._reserved_pattern.search(text)):
+            raise ValueError(
+                f"{match.group(0)!r} in {where} is a special token of the tokenizer, not speech or a control tag; it "
+                "would reach the prompt as a special token. Remove it (processor.valid_tags() lists the control tags)."
+            )
+        tag_starts = {match.start() for match in TAG_PATTERN.finditer(text)}
+        for match in _TAG_START.finditer(text):
+            if match.start() in tag_starts:
+                continue
+            fragment = match.group(0)
+            close = difflib.get_close_matches(fragment + "|>", self._control_tags, n=1, cutoff=0.5) if len(fragment) > 2 else []
+            hint = f"did you mean {close[0]!r}?" if close else "control tags look like '<|emotion:anger|>'."
+            raise ValueError(
+                f"{fragment!r} in {where} opens a tag that is never closed with '|>', so it would be read aloud; "
+                f"{hint} processor.valid_tags() (or `higgs-v3 tags`) lists the control tags."
+            )
 
     def _check_raw_codes(self, codes, where: str) -> torch.LongTensor:
         """Raw codec codes `[T, num_codebooks]` with values in `0 .. audio_boc_token_id - 1`."""
@@ -223,6 +261,12 @@ class HiggsAudioV3Processor(ProcessorMixin):
             raise ValueError(
                 f"{where} must be raw codec codes of shape [frames, {num_codebooks}] with at least one frame, got "
                 f"shape {tuple(codes.shape)}. The codec's encode gives [1, {num_codebooks}, frames]: use codes[0].T."
+            )
+        longest = round(MAX_REFERENCE_SECONDS * self.frame_rate)
+        if codes.shape[0] > longest:
+            raise ValueError(
+                f"{where} have {codes.shape[0]} frames ({codes.shape[0] / self.frame_rate:.1f} s); the longest reference "
+                f"accepted is {MAX_REFERENCE_SECONDS:g} s ({longest} frames). 5 to 30 s of clean speech is enough."
             )
         low, high = int(codes.min()), int(codes.max())
         if low < 0 or high >= boc:
@@ -346,12 +390,22 @@ class HiggsAudioV3Processor(ProcessorMixin):
         # *** end training examples ***
         return BatchFeature(self._prompts(texts, references), tensor_type=return_tensors)
 
+    @staticmethod
+    def _warn_if_long(text_ids: list[list[int]]) -> None:
+        if max(len(ids) for ids in text_ids) > LONG_PROMPT_TEXT_TOKENS:
+            logger.warning_once(
+                f"A text of more than {LONG_PROMPT_TEXT_TOKENS} tokens is spoken as one generation; the model was "
+                "trained on sentence-sized chunks and tends to run away or skip words on long ones. Use "
+                "higgs_v3.synthesize_long(model, processor, text), which splits it into chunks and keeps the voice."
+            )
+
     def _prompts(self, texts: list[str], references: list[tuple[torch.LongTensor | None, str | None]]) -> dict:
         """Token ids of the prompts (one tokenizer call for every text and transcript; tags stay single tokens),
         left padded, and the delayed reference rows."""
         transcripts = [ref_text for _, ref_text in references if ref_text is not None]
         encoded = self.tokenizer(texts + transcripts, add_special_tokens=False, split_special_tokens=False)["input_ids"]
         text_ids, transcript_ids = encoded[: len(texts)], iter(encoded[len(texts) :])
+        self._warn_if_long(text_ids)
         ids = self._token_ids
         prompts, delayed_rows = [], []
         for (codes, ref_text), spoken in zip(references, text_ids):
@@ -491,4 +545,4 @@ class HiggsAudioV3Processor(ProcessorMixin):
 HiggsAudioV3Processor.register_for_auto_class("AutoProcessor")
 
 
-__all__ = ["TAG_PATTERN", "HiggsAudioV3Processor"]
+__all__ = ["LONG_PROMPT_TEXT_TOKENS", "TAG_PATTERN", "HiggsAudioV3Processor"]

@@ -50,6 +50,10 @@ def sampling_warpers(generation_config: GenerationConfig) -> list[LogitsProcesso
     temperature, top_k, top_p, min_p = (
         generation_config.temperature, generation_config.top_k, generation_config.top_p, generation_config.min_p
     )
+    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
+        raise ValueError(f"top_p must be a number in (0, 1] (1.0 keeps every code), got {top_p!r}.")
+    if min_p is not None and (isinstance(min_p, bool) or not isinstance(min_p, (int, float)) or not 0 <= min_p <= 1):
+        raise ValueError(f"min_p must be a number in [0, 1], got {min_p!r}.")
     warpers: list[LogitsProcessor] = []
     if temperature is not None and temperature != 1.0:
         warpers.append(TemperatureLogitsWarper(temperature))

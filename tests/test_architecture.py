@@ -38,9 +38,10 @@ MAY_IMPORT: dict[str, set[str]] = {
     "converted_repo_higgs_v3": {
         "configuration_higgs_v3", "generation_higgs_v3", "original_format_higgs_v3", "processing_higgs_v3",
     },
+    "output_folders_higgs_v3": set(),
     "convert_checkpoint": {
         "codec_higgs_v3", "configuration_higgs_v3", "converted_repo_higgs_v3", "export_higgs_v3", "modeling_higgs_v3",
-        "original_format_higgs_v3", "verification_higgs_v3",
+        "original_format_higgs_v3", "output_folders_higgs_v3", "verification_higgs_v3",
     },
     "export_higgs_v3": {
         "codec_higgs_v3", "configuration_higgs_v3", "converted_repo_higgs_v3", "original_format_higgs_v3",
@@ -58,8 +59,9 @@ MAY_IMPORT: dict[str, set[str]] = {
         "audio_io_higgs_v3", "chunking_higgs_v3", "longform_higgs_v3", "model_sources_higgs_v3", "sampling_higgs_v3",
     },
     "cli_higgs_v3": {
-        "audio_io_higgs_v3", "batch_higgs_v3", "chunking_higgs_v3", "convert_checkpoint", "finetune_higgs_v3",
-        "generation_higgs_v3", "longform_higgs_v3", "model_sources_higgs_v3", "processing_higgs_v3", "sampling_higgs_v3",
+        "audio_io_higgs_v3", "batch_higgs_v3", "chunking_higgs_v3", "convert_checkpoint", "delay_higgs_v3",
+        "finetune_higgs_v3", "generation_higgs_v3", "longform_higgs_v3", "model_sources_higgs_v3",
+        "processing_higgs_v3", "sampling_higgs_v3",
         "tiny_higgs_v3",  # only inside the demo command `make-tiny --original`, see below
     },
     "finetune_higgs_v3": {

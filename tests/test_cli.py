@@ -342,7 +342,7 @@ IN_PROCESS_ERRORS = {
     "bad voice file name": (["speak", "Hi", "--save-voice", "v.wav"],
                                 "higgs-v3: error: The voice file 'v.wav' must end with .safetensors or .json."),
     "bad extension": (["speak", "Hi", "-o", "x.mp9"],
-                      "higgs-v3: error: Cannot write audio file 'x.mp9': unknown extension .mp9; use .wav, .flac or .ogg."),
+                      "higgs-v3: error: Cannot write audio file 'x.mp9': '.mp9' is not an audio format written here; use one of .wav, .flac, .ogg, .mp3, .aiff, .au, .caf, .w64, .rf64."),
     "bad codes name": (["speak", "Hi", "--save-codes", "c.npz"],
                        "higgs-v3: error: The codes file 'c.npz' must end with .safetensors."),
     "model is a file": (["speak", "Hi", "--model", "clip.wav"],
@@ -355,7 +355,7 @@ IN_PROCESS_ERRORS = {
                   "higgs-v3 speak: error: argument --top-p: --top-p must be in (0, 1], got '1.5' (see higgs-v3 speak --help)"),
     "no command": ([], "usage: higgs-v3"),
     "convert bad input": (["convert", "--input", "no/such/dir", "--output", "out"],
-                          "error: The input 'no/such/dir' is neither an existing folder nor a Hub repo id"),
+                          "higgs-v3 convert: error: The input 'no/such/dir' is neither an existing folder nor a Hub repo id"),
 }
 
 

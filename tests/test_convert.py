@@ -577,8 +577,8 @@ def test_hub_input_is_downloaded_without_pickle_files(original, tmp_path, monkey
 
 
 def test_command_line_reports_errors(tmp_path, capsys):
-    assert main(["--input", str(tmp_path / "nothing"), "--output", str(tmp_path / "out")]) == 1
-    assert "error: The input" in capsys.readouterr().err
+    assert main(["--input", str(tmp_path / "nothing"), "--output", str(tmp_path / "out")]) == 2
+    assert "convert_checkpoint.py: error: The input" in capsys.readouterr().err
 
 
 # -------------------------------------------------------------------------------------------------- codec config
@@ -608,7 +608,7 @@ def test_an_explicit_codec_config_wins_over_the_folders(broken, tmp_path, capsys
     # The command line reads --codec-config FILE; it wins over the folder's file (here both are the real config).
     (tmp_path / "real_codec.json").write_text(json.dumps(REAL_CODEC_CONFIG))
     assert main(["--input", str(broken), "--output", str(tmp_path / "out"), "--codec-config",
-                 str(tmp_path / "real_codec.json")]) == 1
+                 str(tmp_path / "real_codec.json")]) == 2
     assert "do not match the given codec config (--codec-config / codec_config=): " in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 

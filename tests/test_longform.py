@@ -522,6 +522,30 @@ def test_model_and_processor_from_another_import(tts, second_import, tmp_path):
     assert torch.equal(result.voices["Bob"].codes, torch.zeros(3, C, dtype=torch.long))
 
 
+def test_the_other_model_with_the_installed_processor_and_other_dialogue_lines(tts, second_import, tmp_path):
+    """The mix the other way round (the remote-code model, the installed processor), with `DialogueLine`s and voices of
+    the other import: a three-chunk text conditioned on the other model's `encode_reference` voice, a voice file the
+    other class saved, and a dialogue of the other import's lines give the same codes as the installed classes."""
+    model, processor = tts
+    other = second_import("modeling_higgs_v3").HiggsAudioV3ForConditionalGeneration(
+        second_import("configuration_higgs_v3").HiggsAudioV3Config.from_dict(model.config.to_dict())).eval()
+    other.load_state_dict(model.state_dict())
+    clip = tmp_path / "clip.wav"
+    save_audio(torch.sin(torch.arange(SR) / 5.0) * 0.3, clip, SR)
+    voice = other.encode_reference(str(clip), text="A clip.")
+    assert type(voice).__module__.startswith("higgs_v3_second_import")
+    voice_file = voice.save(tmp_path / "voice.safetensors")
+    options = dict(max_chars=6, seed=3, max_seconds=0.12)
+    theirs = synthesize_long(other, processor, "One. Two. Six.", reference=voice_file, **options)
+    ours = synthesize_long(model, processor, "One. Two. Six.", reference=HiggsAudioV3Voice.load(voice_file), **options)
+    assert len(theirs.chunks) == 3 and [c.codes.tolist() for c in theirs.chunks] == [c.codes.tolist() for c in ours.chunks]
+    OtherLine = second_import("chunking_higgs_v3").DialogueLine
+    lines = [OtherLine("Ann", "Hi.", 1), OtherLine("Bob", "Hello.", 2)]
+    result = synthesize_dialogue(other, processor, lines, {"Ann": voice, "Bob": str(voice_file)}, seed=0, max_seconds=0.12)
+    assert [(c.speaker, c.line_number) for c in result.chunks] == [("Ann", 1), ("Bob", 2)]
+    assert torch.equal(result.voices["Bob"].codes, voice.codes)
+
+
 @pytest.mark.integration
 def test_readme_notebook_flow_with_remote_code(tmp_path):
     """In a fresh process, as the README's notebook does: `AutoModel` / `AutoProcessor` with `trust_remote_code=True`

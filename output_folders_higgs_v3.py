@@ -1,0 +1,191 @@
+# Copyright 2026 the higgs-v3 authors. Licensed under the Apache License, Version 2.0.
+r"""Folders written whole: the converter's staging folder, its swap into place, the cleanup after a dead run, and the
+completion marker of a `from_original` cache entry.
+
+A conversion writes into a sibling of its output and renames it into place at the end:
+
+```
+out_converting_<hex>/     the run's staging folder; OWNER_FILE names its process (pid, host)
+out_replaced_<hex>/       with --overwrite: the old output, set aside for the instant between the two renames
+out/                      rename(out -> out_replaced_<hex>), rename(out_converting_<hex> -> out), remove the old one
+```
+
+A run killed half way leaves such siblings. `clean_stale_siblings(out)`, called by the next run, removes the staging
+folders whose process is dead (checked by pid on this host; a live run's folder, or one from another host, is left
+alone) and the `_replaced_` folders whose run is over, and when `out` itself is missing (a kill between the two
+renames) it renames the old output back: the path holds the old output or the new one, never none.
+
+A cache entry of `from_original` ends with `COMPLETE_FILE`: the size and sha256 of every file written. An entry whose
+marker is missing, or whose files are missing or of another size (or, when asked, another checksum), is damaged:
+`check_complete` says what is wrong in one line and the caller converts it again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import secrets
+import shutil
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from transformers.utils import logging
+
+
+logger = logging.get_logger(__name__)
+
+OWNER_FILE = ".higgs_v3_owner.json"
+"""In a staging folder: `{"pid", "host"}` of the process writing it (removed once the folder is in place)."""
+
+COMPLETE_FILE = ".higgs_v3_complete.json"
+"""In a finished cache entry: `{"files": {relative path: {"size", "sha256"}}}` of everything else in it."""
+
+UNOWNED_GRACE_SECONDS: float = 600.0
+"""A staging folder without an owner file (a run killed between creating it and naming itself, or an older version
+of this code) is removed only once it is this old: a live run names itself within microseconds."""
+
+_HASH_CHUNK = 16 * 1024 * 1024
+
+
+# --------------------------------------------------------------------------------------------------- staging folders
+def staging_folder(output: Path) -> Path:
+    """Create and claim a new staging folder beside `output` (`<name>_converting_<hex>`, `OWNER_FILE` inside)."""
+    staging = output.parent / f"{output.name}_converting_{secrets.token_hex(4)}"
+    staging.mkdir()
+    (staging / OWNER_FILE).write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}), encoding="utf-8")
+    return staging
+
+
+def _process_is_dead(pid: int) -> bool:
+    """Whether no process `pid` runs on this host (a zombie, killed but not yet reaped, counts as dead)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # another user's live process
+        return False
+    with contextlib.suppress(OSError, IndexError):
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat[stat.rindex(")") + 2] == "Z"
+    return False
+
+
+def _owner_is_dead(staging: Path) -> bool:
+    """Whether the run that owns `staging` is over: its process is dead on this host, or it never named itself and the
+    folder is older than `UNOWNED_GRACE_SECONDS`. A folder of another host is never judged dead."""
+    try:
+        owner = json.loads((staging / OWNER_FILE).read_text(encoding="utf-8"))
+        pid, host = int(owner["pid"]), str(owner["host"])
+    except FileNotFoundError:
+        try:
+            return time.time() - staging.stat().st_mtime > UNOWNED_GRACE_SECONDS
+        except FileNotFoundError:  # renamed or removed meanwhile
+            return False
+    except (OSError, ValueError, KeyError, TypeError):  # a damaged owner file: its run cannot have finished writing it
+        return True
+    return host == socket.gethostname() and pid != os.getpid() and _process_is_dead(pid)
+
+
+def _siblings(output: Path, kind: str) -> list[Path]:
+    prefix = f"{output.name}_{kind}_"
+    if not output.parent.is_dir():
+        return []
+    return sorted(p for p in output.parent.iterdir() if p.name.startswith(prefix) and p.is_dir())
+
+
+def clean_stale_siblings(output: Path) -> list[str]:
+    """Remove what dead runs left beside `output` (see the module docstring); returns one line per thing done."""
+    done, live = [], set()
+    for staging in _siblings(output, "converting"):
+        if _owner_is_dead(staging):
+            shutil.rmtree(staging, ignore_errors=True)
+            done.append(f"removed {staging.name}, left by a conversion that did not finish")
+        else:
+            live.add(staging.name.rsplit("_", 1)[1])
+    for retired in _siblings(output, "replaced"):
+        if retired.name.rsplit("_", 1)[1] in live:  # its run is alive, between its two renames
+            continue
+        if not output.exists():
+            os.rename(retired, output)
+            done.append(f"restored {output.name} from {retired.name} (a conversion was killed while replacing it)")
+        else:
+            shutil.rmtree(retired, ignore_errors=True)
+            done.append(f"removed {retired.name}, the old output of a finished conversion")
+    for line in done:
+        logger.warning(f"{output.parent}: {line}.")
+    return done
+
+
+def swap_into_place(staging: Path, output: Path) -> None:
+    """Rename the finished `staging` to `output`; an existing `output` is set aside as `<name>_replaced_<hex>` (same hex
+    as the staging folder, so `clean_stale_siblings` pairs them) and removed once the new one is in place."""
+    retired = output.parent / f"{output.name}_replaced_{staging.name.rsplit('_', 1)[1]}"
+    if output.exists():
+        os.rename(output, retired)
+    os.rename(staging, output)
+    (output / OWNER_FILE).unlink(missing_ok=True)
+    if retired.exists():
+        shutil.rmtree(retired, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------------------------- completion markers
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        while block := file.read(_HASH_CHUNK):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _files(folder: Path) -> Iterator[Path]:
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and path.name not in (COMPLETE_FILE, OWNER_FILE):
+            yield path
+
+
+def write_complete(folder: Path) -> Path:
+    """Write `COMPLETE_FILE` into `folder` (sizes and sha256 of its other files), atomically."""
+    files = {path.relative_to(folder).as_posix(): {"size": path.stat().st_size, "sha256": _sha256(path)}
+             for path in _files(folder)}
+    marker = folder / COMPLETE_FILE
+    temporary = folder / f".{COMPLETE_FILE}.tmp-{secrets.token_hex(4)}"
+    temporary.write_text(json.dumps({"files": files}, indent=1) + "\n", encoding="utf-8")
+    os.replace(temporary, marker)
+    return marker
+
+
+def check_complete(folder: Path, checksums: bool = False) -> str | None:
+    """None when `folder` holds every file its `COMPLETE_FILE` lists, of the recorded size (and, with `checksums`, the
+    recorded sha256); else what is wrong, in a few words."""
+    try:
+        files = json.loads((folder / COMPLETE_FILE).read_text(encoding="utf-8"))["files"]
+        entries = [(name, int(entry["size"]), str(entry["sha256"])) for name, entry in files.items()]
+    except FileNotFoundError:
+        return "it has no completion marker (its conversion did not finish)"
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return "its completion marker is damaged"
+    for name, size, sha256 in entries:
+        path = folder / name
+        if not path.is_file():
+            return f"{name} is missing"
+        if path.stat().st_size != size:
+            return f"{name} has {path.stat().st_size} bytes, {size} were written"
+        if checksums and _sha256(path) != sha256:
+            return f"{name} differs from what was written (sha256)"
+    return None
+
+
+__all__ = [
+    "COMPLETE_FILE",
+    "OWNER_FILE",
+    "UNOWNED_GRACE_SECONDS",
+    "check_complete",
+    "clean_stale_siblings",
+    "staging_folder",
+    "swap_into_place",
+    "write_complete",
+]
