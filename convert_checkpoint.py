@@ -691,8 +691,8 @@ def main(argv: list[str] | None = None, prog: str = "convert_checkpoint.py") -> 
     interrupted (the output is left as it was). `HIGGS_V3_DEBUG=1` shows the traceback instead."""
     args = _parser(prog).parse_args(argv)
     if args.original is not None and not args.to_original:
-        print("error: --original only applies to --to-original.", file=sys.stderr)
-        return 1
+        print(f"{prog}: error: --original only applies to --to-original.", file=sys.stderr)
+        return EXIT_USER_ERROR
     try:
         if args.to_original:
             return _export_main(args)

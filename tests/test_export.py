@@ -190,12 +190,13 @@ def test_refusals(original, converted, tmp_path):
     kept.mkdir()
     (kept / "keep.txt").write_text("precious")
     code, _, errors = _run_main(["--to-original", "--input", str(converted), "--output", str(kept)])
-    assert (code, errors) == (1, f"error: The output folder {str(kept)!r} is not empty; pass --overwrite "
+    prefix = "convert_checkpoint.py: error: "
+    assert (code, errors) == (2, f"{prefix}The output folder {str(kept)!r} is not empty; pass --overwrite "
                                  "(overwrite=True) to replace it.\n")
     code, _, errors = _run_main(["--to-original", "--input", str(converted), "--output", str(kept),
                                  "--push-to-hub", "a/b"])
-    assert errors == ("error: --push-to-hub do(es) not apply to --to-original (it takes --input, --output, --dtype, "
-                      "--max-shard-size, --overwrite and --original).\n")
+    assert (code, errors) == (2, f"{prefix}--push-to-hub do(es) not apply to --to-original (it takes --input, --output, --dtype, "
+                                 "--max-shard-size, --overwrite and --original).\n")
     code, _, errors = _run_main(["--input", str(original), "--output", str(kept), "--original", str(original)])
-    assert (code, errors) == (1, "error: --original only applies to --to-original.\n")
+    assert (code, errors) == (2, f"{prefix}--original only applies to --to-original.\n")
     assert [p.name for p in kept.iterdir()] == ["keep.txt"]
