@@ -28,8 +28,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "sampling_higgs_v3": set(),
     "generation_higgs_v3": {"delay_higgs_v3", "sampling_higgs_v3"},
     "modeling_higgs_v3": {
-        "audio_io_higgs_v3", "codec_higgs_v3", "compat_higgs_v3", "configuration_higgs_v3", "delay_higgs_v3",
-        "generation_higgs_v3", "sampling_higgs_v3", "streaming_higgs_v3",
+        "audio_io_higgs_v3", "chunking_higgs_v3", "codec_higgs_v3", "compat_higgs_v3", "configuration_higgs_v3",
+        "delay_higgs_v3", "generation_higgs_v3", "longform_higgs_v3", "processing_higgs_v3", "sampling_higgs_v3",
+        "streaming_higgs_v3",
     },
     "processing_higgs_v3": {"audio_io_higgs_v3", "codec_higgs_v3", "delay_higgs_v3"},
     "chunking_higgs_v3": {"processing_higgs_v3"},
@@ -43,8 +44,8 @@ MAY_IMPORT: dict[str, set[str]] = {
         "original_format_higgs_v3", "verification_higgs_v3",
     },
     "longform_higgs_v3": {
-        "audio_io_higgs_v3", "chunking_higgs_v3", "delay_higgs_v3", "generation_higgs_v3", "modeling_higgs_v3",
-        "processing_higgs_v3", "sampling_higgs_v3", "streaming_higgs_v3",
+        "audio_io_higgs_v3", "chunking_higgs_v3", "delay_higgs_v3", "generation_higgs_v3", "processing_higgs_v3",
+        "sampling_higgs_v3", "streaming_higgs_v3",
     },
     "model_sources_higgs_v3": {
         "configuration_higgs_v3", "convert_checkpoint", "modeling_higgs_v3", "original_format_higgs_v3",
@@ -66,6 +67,7 @@ MAY_IMPORT: dict[str, set[str]] = {
 REMOTE_CODE = {
     "configuration_higgs_v3", "modeling_higgs_v3", "processing_higgs_v3", "audio_io_higgs_v3", "codec_higgs_v3",
     "compat_higgs_v3", "delay_higgs_v3", "generation_higgs_v3", "sampling_higgs_v3", "streaming_higgs_v3",
+    "longform_higgs_v3", "chunking_higgs_v3",
 }
 
 
