@@ -7,7 +7,7 @@ upload. The converter (`convert_checkpoint.py`) plans what goes where; this modu
   `safetensors.torch.save_file`, then the index from the split; `verify_written_tensors` re-reads them bit for bit.
 - The rest (`write_repo_files`): `config.json` with `auto_map`, `generation_config.json`
   (`generation_higgs_v3.default_generation_config`), the remote code (`remote_code_files`), the tokenizer files byte
-  for byte, the processor's files, the source's LICENSE/NOTICE files; `write_model_card` writes `README.md`.
+  for byte (the chat template excepted: the TTS one replaces ChatML), the processor's files, the source's LICENSE/NOTICE files; `write_model_card` writes `README.md`.
 - `check_output_folder`: every file a `trust_remote_code=True` load needs is there. `push_folder_to_hub`:
   `HfApi.upload_folder`.
 """
@@ -179,11 +179,13 @@ def remote_code_files() -> list[Path]:
 
 
 def save_processor_files(output_dir: str | os.PathLike, config: HiggsAudioV3Config) -> list[str]:
-    """Write the processor's own files (`processor_config.json`, with its `auto_map`) into `output_dir`, whose
-    tokenizer files stay exactly as they are. The processor is built from those tokenizer files and `config`. Returns
-    the names written (none when `processing_higgs_v3.py` is not available)."""
+    """Write the processor's own files (`processor_config.json`, with its `auto_map`) and the TTS chat template
+    (`chat_template.jinja`: `processing_higgs_v3.TTS_CHAT_TEMPLATE`, in place of the original's ChatML, which renders
+    no TTS prompt) into `output_dir`, whose other tokenizer files stay exactly as they are. The processor is built
+    from those tokenizer files and `config`. Returns the names written (none when `processing_higgs_v3.py` is not
+    available)."""
     try:
-        from .processing_higgs_v3 import HiggsAudioV3Processor
+        from .processing_higgs_v3 import TTS_CHAT_TEMPLATE, HiggsAudioV3Processor
     except ImportError:
         return []
     from transformers import AutoTokenizer
@@ -204,7 +206,8 @@ def save_processor_files(output_dir: str | os.PathLike, config: HiggsAudioV3Conf
                 continue  # the tokenizer files stay byte-identical; code files are copied separately
             shutil.copyfile(path, output_dir / path.name)
             written.append(path.name)
-    return written
+    (output_dir / "chat_template.jinja").write_text(TTS_CHAT_TEMPLATE, encoding="utf-8")
+    return sorted(written + ["chat_template.jinja"])
 
 
 def _license_front_matter(source_dir: Path, copied_license: bool) -> tuple[str, str]:
@@ -359,7 +362,8 @@ def check_output_folder(output: Path) -> None:
 
 def write_repo_files(source_dir: Path, config: HiggsAudioV3Config, output: Path) -> bool:
     """Everything but the weights and the card into `output`: config, remote code, generation config, tokenizer
-    files (byte for byte), processor files and the source's LICENSE/NOTICE files. Returns whether a LICENSE was
+    files (byte for byte, but for the TTS chat template in place of ChatML), processor files and the source's
+    LICENSE/NOTICE files. Returns whether a LICENSE was
     copied (the card then links to it)."""
     config.save_pretrained(output)
     for path in remote_code_files():

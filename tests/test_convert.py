@@ -40,6 +40,7 @@ from higgs_v3.delay_higgs_v3 import apply_delay_pattern
 from higgs_v3.generation_higgs_v3 import MAX_NEW_TOKENS, default_generation_config
 from higgs_v3.modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
 from higgs_v3.original_format_higgs_v3 import original_config, original_lm_shapes, read_original
+from higgs_v3.processing_higgs_v3 import TTS_CHAT_TEMPLATE
 from higgs_v3.tiny_higgs_v3 import tiny_codec_config, write_codec_config_file, write_tiny_original_checkpoint
 
 
@@ -214,8 +215,11 @@ def test_converted_config_and_generation_config(converted):
 
 def test_tokenizer_processor_code_and_card(original, converted):
     output, _ = converted
-    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "LICENSE"):
+    for name in ("tokenizer.json", "tokenizer_config.json", "LICENSE"):
         assert (output / name).read_bytes() == (original / name).read_bytes(), name
+    # The TTS chat template in place of the original's ChatML (which renders no TTS prompt).
+    assert "<|im_start|>" in (original / "chat_template.jinja").read_text()
+    assert (output / "chat_template.jinja").read_text(encoding="utf-8") == TTS_CHAT_TEMPLATE
     for path in remote_code_files():
         assert (output / path.name).read_bytes() == path.read_bytes(), path.name
     with open(output / "processor_config.json") as f:

@@ -545,6 +545,7 @@ def test_long_form_and_dialogue_from_the_hub_repo_alone(tmp_path):
     repo = make_tiny_random_model(tmp_path / "repo")
     save_audio(torch.sin(torch.arange(SR) / 5.0) * 0.3, tmp_path / "me.wav", SR)
     script = WITHOUT_THE_PACKAGE + textwrap.dedent('''
+        import torch
         from transformers import AutoModel, AutoProcessor
 
         repo, clip, voice_file = sys.argv[2:]
@@ -568,6 +569,15 @@ def test_long_form_and_dialogue_from_the_hub_repo_alone(tmp_path):
         assert [chunk.speaker for chunk in dialogue.chunks] == ["Ann", "Bob", "Ann"]
         assert dialogue.voices["Ann"].text == "What I say in it."
         assert len(dialogue.line_waveforms()) == 3
+        conversation = [{"role": "user", "content": [{"type": "audio", "audio": voice}]},
+                        {"role": "user", "content": [{"type": "text", "text": "Hi."}]}]
+        shown = processor.apply_chat_template(conversation)
+        assert shown == "<|tts|><|ref_text|>What I say in it.<|ref_audio|><|text|>Hi.<|audio|>", shown
+        inputs = processor.apply_chat_template(conversation, tokenize=True, return_dict=True)
+        expected = processor("Hi.", reference=voice)
+        assert all(torch.equal(inputs[key], expected[key]) for key in expected) and set(inputs) == set(expected)
+        out = model.generate(**inputs, seed=0, max_new_tokens=12, return_dict_in_generate=True)
+        assert out.audio[0].numel() > 0
         print("ok")
     ''')
     environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
