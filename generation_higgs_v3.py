@@ -325,6 +325,7 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         ```
         """
         self._check_generate_arguments(input_ids, kwargs)
+        self._check_speech_prompts(input_ids, attention_mask)
         if output_audio and getattr(self, "codec", None) is None:
             raise ValueError(
                 "output_audio=True needs the codec, and this model has none (config.codec_config is None): load a "
@@ -369,6 +370,31 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         if input_ids is None or input_ids.dim() != 2:
             shape = None if input_ids is None else tuple(input_ids.shape)
             raise ValueError(f"generate() needs input_ids of shape [batch, length], got {shape}.")
+
+    def _check_speech_prompts(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None) -> None:
+        """Refuse `input_ids` that are not TTS prompts (`<|tts|> ... <|text|> ... <|audio|>`, left padded): plain
+        tokenizer output would generate sound without a word. Once per call, up front (one host read), never per step.
+        """
+        if torch.compiler.is_compiling():
+            return
+        config = self.config
+        first = attention_mask.long().argmax(-1, keepdim=True) if attention_mask is not None else None  # [B, 1]
+        starts = input_ids[:, :1] if first is None else input_ids.gather(1, first)  # [B, 1] first real token
+        valid = (
+            (starts[:, 0] == config.tts_token_id)
+            & (input_ids[:, -1] == config.audio_start_token_id)
+            & (input_ids == config.text_token_id).any(-1)
+        )  # [B]
+        if attention_mask is not None:
+            valid &= attention_mask[:, -1].bool()
+        if not bool(valid.all()):
+            rows = torch.nonzero(~valid).flatten().tolist()
+            raise ValueError(
+                f"input_ids row(s) {rows} are not Higgs Audio v3 speech prompts (<|tts|> ... <|text|> TEXT <|audio|>, "
+                "left padded); plain tokenizer output would generate sound without a word. Build the inputs with "
+                "HiggsAudioV3Processor: processor(text) or processor.apply_chat_template(conversation, tokenize=True, "
+                "return_dict=True) (with a pipeline, pass processor=processor)."
+            )
 
     def _audio_generation_config(
         self, generation_config: GenerationConfig | None, kwargs: dict

@@ -441,6 +441,7 @@ class HiggsAudioV3Processor(ProcessorMixin):
         return_dict: bool = False,
         return_tensors: str | None = "pt",
         add_generation_prompt: bool = True,
+        processor_kwargs: dict | None = None,
         **kwargs,
     ) -> str | list[str] | torch.Tensor | BatchFeature:
         r"""
@@ -465,8 +466,11 @@ class HiggsAudioV3Processor(ProcessorMixin):
         `generate` takes (`input_ids`, `attention_mask`, `audio_input_ids` with a reference), else `input_ids` only.
         `tokenize=False` renders the prompt with the chat template (`TTS_CHAT_TEMPLATE` unless another is given),
         `<|ref_audio|>` standing for the reference rows. The prompt always ends with `<|audio|>`, where generation
-        starts, so `add_generation_prompt` changes nothing.
+        starts, so `add_generation_prompt` changes nothing; `processor_kwargs` (which the text-to-speech pipeline
+        passes for chat inputs) must be empty: the conversation says everything.
         """
+        if processor_kwargs:
+            kwargs["processor_kwargs"] = processor_kwargs
         if kwargs:
             raise ValueError(
                 f"apply_chat_template of a TTS processor does not take {sorted(kwargs)}; it takes conversation, "
