@@ -186,7 +186,6 @@ def test_converted_config_and_generation_config(converted):
     assert config["auto_map"] == {
         "AutoConfig": "configuration_higgs_v3.HiggsAudioV3Config",
         "AutoModel": "modeling_higgs_v3.HiggsAudioV3ForConditionalGeneration",
-        "AutoModelForTextToSpectrogram": "modeling_higgs_v3.HiggsAudioV3ForConditionalGeneration",
         "AutoModelForTextToWaveform": "modeling_higgs_v3.HiggsAudioV3ForConditionalGeneration",
     }
     assert config["codec_config"] == tiny_codec_config()  # from the input folder's codec config file

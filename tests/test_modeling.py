@@ -252,3 +252,23 @@ def test_save_then_load_with_remote_code_in_fresh_process(saved, tmp_path, dtype
     """)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().endswith("OK")
+
+
+def test_auto_map_holds_only_the_classes_that_fit(tmp_path):
+    """No `AutoModelForTextToSpectrogram` (the pipeline would treat the model as a spectrogram model and fetch a
+    vocoder); a config written by an earlier conversion with it loses it when loaded, so a re-save drops it."""
+    from higgs_v3.configuration_higgs_v3 import AUTO_MAP, HiggsAudioV3Config
+
+    expected = {
+        "AutoConfig": "configuration_higgs_v3.HiggsAudioV3Config",
+        "AutoModel": "modeling_higgs_v3.HiggsAudioV3ForConditionalGeneration",
+        "AutoModelForTextToWaveform": "modeling_higgs_v3.HiggsAudioV3ForConditionalGeneration",
+    }
+    assert AUTO_MAP == expected
+    old = HiggsAudioV3Config(num_hidden_layers=1).to_dict()
+    old["auto_map"] = {**expected, "AutoModelForTextToSpectrogram": expected["AutoModel"]}
+    (tmp_path / "config.json").write_text(json.dumps(old))
+    loaded = HiggsAudioV3Config.from_pretrained(tmp_path)
+    assert loaded.auto_map == expected
+    loaded.save_pretrained(tmp_path / "again")
+    assert json.loads((tmp_path / "again" / "config.json").read_text())["auto_map"] == expected
