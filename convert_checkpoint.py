@@ -72,10 +72,12 @@ from .configuration_higgs_v3 import REAL_CODEC_CONFIG, HiggsAudioV3Config
 from .converted_repo_higgs_v3 import (
     AS_HEAD,
     PlannedTensor,
+    check_hub_push,
     check_output_folder,
     check_shard_size,
     push_folder_to_hub,
     shard_split,
+    upload_later_hint,
     verify_written_tensors,
     write_model_card,
     write_repo_files,
@@ -138,6 +140,15 @@ class ConversionResult:
     max_abs_diff: float | None = None
     tolerance: float | None = None
     pushed_to: str | None = None
+
+
+class PushError(ConversionError):
+    """The conversion succeeded but the upload failed: `result` is the complete conversion (its folder is in place);
+    the message says how to upload it later."""
+
+    def __init__(self, message: str, result: ConversionResult):
+        super().__init__(message)
+        self.result = result
 
 
 # ------------------------------------------------------------------------------------------------------------- plan
@@ -486,7 +497,9 @@ def convert(
     The output is assembled in a temporary folder next to `output_dir`, verified (unless `verify=False`), and only
     then renamed into place; a non-empty `output_dir` is refused unless `overwrite`. `codec_config` overrides the
     codec config (default: the input folder's `higgs_audio_v2_tokenizer_config.json`, else the real one).
-    `push_to_hub` uploads the result with `HfApi.upload_folder`. Raises `ConversionError` with the reason.
+    `push_to_hub` uploads the result with `HfApi.upload_folder`: the Hub and the login are checked before converting,
+    and a failed upload raises `PushError` (whose `result` is the complete conversion). Raises `ConversionError` with
+    the reason.
 
     >>> result = convert("path/to/higgs-audio-v3-tts-4b", "higgs-audio-v3-hf")  # doctest: +SKIP
     >>> result.max_abs_diff <= result.tolerance  # doctest: +SKIP
@@ -494,6 +507,8 @@ def convert(
     """
     torch_dtype = _check_options(dtype, max_shard_size)
     output = _check_output(output_dir, overwrite)
+    if push_to_hub:  # before a conversion that takes long on the real checkpoint
+        check_hub_push(push_to_hub, token)
     source_dir = _check_input(resolve_input(input_path, revision=revision, cache_dir=cache_dir), output)
     source = read_original(source_dir)
     plan = plan_conversion(source, torch_dtype, codec_config=codec_config, without_codec=without_codec)
@@ -513,7 +528,12 @@ def convert(
     result = ConversionResult(output, len(plan.tensors), shards, plan.ignored, plan.config.tie_word_embeddings,
                               max_abs_diff, tolerance)
     if push_to_hub:
-        result.pushed_to = push_folder_to_hub(output, push_to_hub, private=private, token=token)
+        try:
+            result.pushed_to = push_folder_to_hub(output, push_to_hub, private=private, token=token)
+        except Exception as error:  # the Hub's errors are many; the folder is complete either way
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise PushError(f"The upload to {push_to_hub} failed ({reason}). {upload_later_hint(output, push_to_hub)}",
+                            result) from error
     return result
 
 
@@ -630,9 +650,20 @@ def main(argv: list[str] | None = None, prog: str = "convert_checkpoint.py") -> 
             push_to_hub=args.push_to_hub,
             private=args.private,
         )
+    except PushError as error:  # the conversion is complete: its summary, then the failed upload
+        _print_summary(error.result)
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     except ConversionError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
+    _print_summary(result)
+    if result.pushed_to:
+        print(f"Pushed to {result.pushed_to}")
+    return 0
+
+
+def _print_summary(result: ConversionResult) -> None:
     print(f"Converted {result.num_tensors} tensors into {result.output_dir} ({', '.join(result.shards)}).")
     for name, reason in sorted(result.ignored.items()):
         print(f"  ignored {name}: {reason}")
@@ -641,9 +672,6 @@ def main(argv: list[str] | None = None, prog: str = "convert_checkpoint.py") -> 
               f"(tolerance {result.tolerance:.3e}).")
     else:
         print("Not verified (--no-verify).")
-    if result.pushed_to:
-        print(f"Pushed to {result.pushed_to}")
-    return 0
 
 
 __all__ = [
@@ -651,6 +679,7 @@ __all__ = [
     "ConversionPlan",
     "ConversionResult",
     "DTYPES",
+    "PushError",
     "build_config",
     "codec_tensor_shapes",
     "convert",

@@ -380,6 +380,68 @@ def write_repo_files(source_dir: Path, config: HiggsAudioV3Config, output: Path)
 
 
 # -------------------------------------------------------------------------------------------------------------- hub
+HUB_PROBE_SECONDS: float = 3.0
+"""How long `hub_offline_reason` waits for the Hub's endpoint to accept a connection."""
+
+
+def hub_offline_reason(timeout: float = HUB_PROBE_SECONDS) -> str | None:
+    """Why the Hub cannot be used now (`HF_HUB_OFFLINE` is set, or its endpoint did not accept a TCP connection within
+    `timeout` seconds), or None. The probe replaces `huggingface_hub`'s retries (about ten, over 30-40 s) with one
+    short wait; behind a proxy (`HTTPS_PROXY` / `ALL_PROXY`) it is skipped, as a direct connection says nothing there."""
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return "HF_HUB_OFFLINE is set"
+    if any(os.environ.get(key) for key in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return None
+    endpoint = urlparse(constants.ENDPOINT)
+    host, port = endpoint.hostname or "huggingface.co", endpoint.port or (443 if endpoint.scheme == "https" else 80)
+    if _can_connect(host, port, timeout):
+        return None
+    return f"the Hub ({constants.ENDPOINT}) did not answer within {timeout:g} s"
+
+
+def _can_connect(host: str, port: int, timeout: float) -> bool:
+    import socket
+
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def check_hub_push(repo_id: str, token: str | None = None) -> str:
+    """Before a long conversion: the Hub answers and a token is there and valid (`HfApi.whoami`). Returns the user
+    name; raises a `ConversionError` that says what to do."""
+    from huggingface_hub import HfApi, get_token
+
+    offline = hub_offline_reason()
+    if offline is not None:
+        raise ConversionError(f"--push-to-hub {repo_id} needs the Hub, but {offline}; nothing was converted. Connect "
+                              "and run again, or convert without --push-to-hub and upload the folder later.")
+    if token is None and get_token() is None:
+        raise ConversionError(f"--push-to-hub {repo_id} needs a Hugging Face login, and there is none; nothing was "
+                              "converted. Run `hf auth login` (or set HF_TOKEN) and run again.")
+    try:
+        user = HfApi(token=token).whoami()
+    except Exception as error:  # an invalid token, or the Hub failing now
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ConversionError(f"--push-to-hub {repo_id}: the Hub refused the login check ({reason}); nothing was "
+                              "converted. Run `hf auth login` (or set HF_TOKEN) and run again.") from error
+    return str(user.get("name", "")) if isinstance(user, dict) else ""
+
+
+def upload_later_hint(folder: str | os.PathLike, repo_id: str) -> str:
+    """How to upload a complete converted folder after a failed push (the `hf` command line, or Python)."""
+    return (
+        f"The converted folder {str(folder)!r} is complete; upload it later with `hf upload {repo_id} {folder} .` "
+        f"or, in Python, higgs_v3.converted_repo_higgs_v3.push_folder_to_hub({str(folder)!r}, {repo_id!r})."
+    )
+
+
 def push_folder_to_hub(
     folder: str | os.PathLike, repo_id: str, *, private: bool = False, token: str | None = None
 ) -> str:
@@ -402,16 +464,20 @@ def push_folder_to_hub(
 
 __all__ = [
     "AS_HEAD",
+    "HUB_PROBE_SECONDS",
     "LICENSE_FILE_PATTERN",
     "PlannedTensor",
     "SUPPORTED_TRANSFORMERS",
     "TOKENIZER_FILES",
+    "check_hub_push",
     "check_output_folder",
     "check_shard_size",
+    "hub_offline_reason",
     "push_folder_to_hub",
     "remote_code_files",
     "save_processor_files",
     "shard_split",
+    "upload_later_hint",
     "verify_written_tensors",
     "write_model_card",
     "write_repo_files",

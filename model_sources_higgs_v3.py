@@ -133,19 +133,25 @@ def resolve_model(name: str, log=None) -> Path:
     if not _HUB_ID.match(name):
         raise ValueError(f"Unknown model {name!r}: it is not {TINY_RANDOM!r}, an existing folder, or a Hub repo id "
                        "(owner/name).")
-    try:
-        from huggingface_hub import hf_hub_download
+    from huggingface_hub import hf_hub_download, snapshot_download
 
-        config_path = Path(hf_hub_download(name, "config.json"))
-    except Exception as error:  # offline, unknown repo, no access: all mean the same to the user
+    from .converted_repo_higgs_v3 import hub_offline_reason
+
+    offline = hub_offline_reason()  # a reason when the Hub cannot be used: then the local cache only, no retries
+    what = f"the default model {name!r}" if name == DEFAULT_MODEL else f"model {name!r}"
+    try:
+        config_path = Path(hf_hub_download(name, "config.json", local_files_only=offline is not None))
+    except Exception as error:  # unknown repo, no access, not cached: one line each
+        if offline is not None:
+            raise ValueError(
+                f"Cannot load {what}: {offline}, and it is not in the local Hugging Face cache. Connect and run again, "
+                f"or give a local folder with --model (or {TINY_RANDOM!r} for the demo model)."
+            ) from error
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ValueError(f"Unknown model {name!r}: not {TINY_RANDOM!r} nor a local folder, and the Hub repo could not be "
-                       f"reached ({reason}).") from error
+        raise ValueError(f"Cannot load {what} from the Hub ({reason}).") from error
     if _read_json(config_path).get("model_type") == _ORIGINAL_MODEL_TYPE:
         return _convert_original(name, log)
-    from huggingface_hub import snapshot_download
-
-    return Path(snapshot_download(name))
+    return Path(snapshot_download(name, local_files_only=offline is not None))
 
 
 def _convert_original(name: str, log) -> Path:

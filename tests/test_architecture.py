@@ -48,8 +48,8 @@ MAY_IMPORT: dict[str, set[str]] = {
         "sampling_higgs_v3", "streaming_higgs_v3",
     },
     "model_sources_higgs_v3": {
-        "configuration_higgs_v3", "convert_checkpoint", "modeling_higgs_v3", "original_format_higgs_v3",
-        "processing_higgs_v3",
+        "configuration_higgs_v3", "convert_checkpoint", "converted_repo_higgs_v3", "modeling_higgs_v3",
+        "original_format_higgs_v3", "processing_higgs_v3",
         "tiny_higgs_v3",  # only inside the tiny-random demo model's builder, see below
     },
     "cli_higgs_v3": {

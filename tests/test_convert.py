@@ -102,6 +102,29 @@ def converted(original, tmp_path_factory) -> tuple[Path, str]:
     return output, printed
 
 
+def _hub_online(patch: pytest.MonkeyPatch, calls: list, token: str | None = "hf_token", whoami=None) -> None:
+    """The Hub as `--push-to-hub` sees it, without a network: online (the probe connects), `token` stored, and
+    `HfApi.whoami` answering (recorded in `calls`) or raising `whoami`."""
+    import huggingface_hub
+    import huggingface_hub.constants
+
+    import higgs_v3.converted_repo_higgs_v3 as converted_repo
+
+    patch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    for key in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        patch.delenv(key, raising=False)
+    patch.setattr(converted_repo, "_can_connect", lambda *args: True)
+    patch.setattr(huggingface_hub, "get_token", lambda: token)
+
+    def answer(self):
+        calls.append(("whoami", {}))
+        if whoami is not None:
+            raise whoami
+        return {"name": "someone"}
+
+    patch.setattr(HfApi, "whoami", answer)
+
+
 @pytest.fixture(scope="module")
 def pushed(original, tmp_path_factory) -> tuple[Path, str, list]:
     """A second conversion through the command line, over an existing output (`--overwrite`) and pushed to the Hub
@@ -120,6 +143,7 @@ def pushed(original, tmp_path_factory) -> tuple[Path, str, list]:
         return type("CommitInfo", (), {"commit_url": f"https://huggingface.co/{kwargs['repo_id']}/commit/abc"})()
 
     with pytest.MonkeyPatch.context() as patch:
+        _hub_online(patch, calls)
         patch.setattr(HfApi, "create_repo", create_repo)
         patch.setattr(HfApi, "upload_folder", upload_folder)
         code, printed = _run_main(["--input", str(original), "--output", str(output), "--no-verify", "--overwrite",
@@ -853,12 +877,70 @@ def test_verification_catches_a_wrong_mapping(original, tmp_path, monkeypatch):
 def test_push_to_hub_uploads_the_folder_in_one_commit(pushed):
     output, printed, calls = pushed
     assert f"Pushed to https://huggingface.co/{REPO_ID}/commit/abc" in printed
-    assert [name for name, _ in calls] == ["create_repo", "upload_folder"]
-    assert calls[0][1] == {"repo_id": REPO_ID, "repo_type": "model", "private": True, "exist_ok": True}
-    upload = calls[1][1]
+    assert [name for name, _ in calls] == ["whoami", "create_repo", "upload_folder"]
+    assert calls[1][1] == {"repo_id": REPO_ID, "repo_type": "model", "private": True, "exist_ok": True}
+    upload = calls[2][1]
     assert (upload["repo_id"], upload["repo_type"], Path(upload["folder_path"])) == (REPO_ID, "model", output)
     assert upload["files"] == _expected_files()
     assert f'AutoModel.from_pretrained("{REPO_ID}", trust_remote_code=True' in (output / "README.md").read_text()
+
+
+@pytest.mark.parametrize("case", ["offline", "unreachable", "no login", "bad token"])
+def test_push_to_hub_checks_the_hub_and_the_login_before_converting(original, tmp_path, monkeypatch, capsys, case):
+    import huggingface_hub.constants
+
+    import higgs_v3.converted_repo_higgs_v3 as converted_repo
+
+    calls = []
+    _hub_online(monkeypatch, calls, token=None if case == "no login" else "hf_token",
+                whoami=OSError("401 Client Error: Unauthorized\nmore") if case == "bad token" else None)
+    if case == "offline":
+        monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    if case == "unreachable":
+        monkeypatch.setattr(converted_repo, "_can_connect", lambda *args: False)
+    monkeypatch.setattr(cc, "read_original", lambda *args: pytest.fail("converted before checking the Hub"))
+    code, printed = _run_main(["--input", str(original), "--output", str(tmp_path / "out"), "--push-to-hub", REPO_ID])
+    assert (code, printed) == (1, "")
+    assert not (tmp_path / "out").exists()
+    expected = {
+        "offline": f"error: --push-to-hub {REPO_ID} needs the Hub, but HF_HUB_OFFLINE is set; nothing was converted. "
+                   "Connect and run again, or convert without --push-to-hub and upload the folder later.",
+        "unreachable": f"error: --push-to-hub {REPO_ID} needs the Hub, but the Hub (https://huggingface.co) did not "
+                       "answer within 3 s; nothing was converted.",
+        "no login": f"error: --push-to-hub {REPO_ID} needs a Hugging Face login, and there is none; nothing was "
+                    "converted. Run `hf auth login` (or set HF_TOKEN) and run again.",
+        "bad token": f"error: --push-to-hub {REPO_ID}: the Hub refused the login check (401 Client Error: "
+                     "Unauthorized); nothing was converted. Run `hf auth login` (or set HF_TOKEN) and run again.",
+    }[case]
+    err = capsys.readouterr().err
+    assert err.startswith(expected) and len(err.splitlines()) == 1, err
+
+
+def test_a_failed_upload_prints_the_summary_and_how_to_upload_later(original, converted, tmp_path, monkeypatch, capsys):
+    calls = []
+    _hub_online(monkeypatch, calls)
+    monkeypatch.setattr(HfApi, "create_repo", lambda self, **kwargs: None)
+
+    def upload_folder(self, **kwargs):
+        raise ConnectionError("Connection reset by peer\n(and 70 more lines)")
+
+    monkeypatch.setattr(HfApi, "upload_folder", upload_folder)
+    output = tmp_path / "out"
+    code, printed = _run_main(["--input", str(original), "--output", str(output), "--no-verify", "--push-to-hub",
+                               REPO_ID])
+    assert code == 1
+    first, first_printed = converted  # the same conversion without a push: the same summary
+    assert printed == first_printed.replace(str(first), str(output)) and "Not verified (--no-verify)." in printed
+    err = capsys.readouterr().err
+    assert err == (
+        f"error: The upload to {REPO_ID} failed (Connection reset by peer). The converted folder {str(output)!r} is "
+        f"complete; upload it later with `hf upload {REPO_ID} {output} .` or, in Python, "
+        f"higgs_v3.converted_repo_higgs_v3.push_folder_to_hub({str(output)!r}, {REPO_ID!r}).\n"
+    )
+    check_output_folder(output)  # complete, as the message says
+    with pytest.raises(cc.PushError) as error:
+        convert(original, tmp_path / "again", verify=False, push_to_hub=REPO_ID)
+    assert error.value.result.output_dir == tmp_path / "again" and error.value.result.pushed_to is None
 
 
 def test_push_refuses_an_incomplete_folder(converted, tmp_path, monkeypatch):
