@@ -7,9 +7,11 @@ upload. The converter (`convert_checkpoint.py`) plans what goes where; this modu
   `safetensors.torch.save_file`, then the index from the split; `verify_written_tensors` re-reads them bit for bit.
 - The rest (`write_repo_files`): `config.json` with `auto_map`, `generation_config.json`
   (`generation_higgs_v3.default_generation_config`), the remote code (`remote_code_files`), the tokenizer files byte
-  for byte (the chat template excepted: the TTS one replaces ChatML), the processor's files, the source's LICENSE/NOTICE files; `write_model_card` writes `README.md`.
-- `check_output_folder`: every file a `trust_remote_code=True` load needs is there. `push_folder_to_hub`:
-  `HfApi.upload_folder`.
+  for byte (the chat template excepted: the TTS one replaces ChatML), the processor's files, the source's
+  LICENSE/NOTICE files; `write_model_card` writes `README.md`.
+- `check_output_folder`: every file a `trust_remote_code=True` load needs is there. The Hub: `hub_offline_reason` (a
+  short probe instead of retries), `check_hub_push` (before converting), `push_folder_to_hub`
+  (`HfApi.upload_folder`).
 """
 
 from __future__ import annotations

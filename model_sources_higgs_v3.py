@@ -195,11 +195,19 @@ def load_processor(path: Path):
     return HiggsAudioV3Processor.from_model_config(tokenizer, HiggsAudioV3Config.from_pretrained(str(path)))
 
 
+def auto_dtype(device) -> str:
+    """The language model's dtype for `--dtype auto` on `device` (a `torch.device`): bfloat16 on CUDA, float32
+    elsewhere (on a CPU, bfloat16 matmuls are several times slower than float32 for small models, and MPS support
+    for bfloat16 varies). The codec runs in float32 either way."""
+    return "bfloat16" if device.type == "cuda" else "float32"
+
+
 def load_model(path: Path, device: str, dtype: str):
-    """The installed package's model class (no remote code is run) on `device`."""
+    """The installed package's model class (no remote code is run) on `device`, in `dtype` ("auto": `auto_dtype`)."""
     from .modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
 
     target = _device(device)
+    dtype = auto_dtype(target) if dtype == "auto" else dtype
     model = HiggsAudioV3ForConditionalGeneration.from_pretrained(str(path), dtype=dtype)
     return model.to(target).eval()
 
@@ -208,6 +216,7 @@ __all__ = [
     "DEFAULT_MODEL",
     "TINY_RANDOM",
     "TINY_RANDOM_MAX_SECONDS",
+    "auto_dtype",
     "cache_dir",
     "ensure_tiny_random",
     "load_model",

@@ -90,7 +90,9 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
 
     Modules: `model` (transformers' `Qwen3Model`), `audio_embed` (the fused codebook embedding, `[num_codebooks *
     codebook_size, hidden]`), `audio_head` (tied to `audio_embed`), `lm_head` (text head, tied to the token embedding,
-    run only when asked) and `codec` (the Higgs Audio v2 tokenizer, fp32; absent when `config.codec_config` is None).
+    run only when asked) and `codec` (the Higgs Audio v2 tokenizer; absent when `config.codec_config` is None). The
+    codec is float32 always: loaded so whatever `dtype`, and kept so by `model.to(torch.bfloat16)`, `half()` and
+    `bfloat16()`, which cast the language model only (the codec moves with the model to its device).
 
     Example:
 
@@ -161,6 +163,30 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
         return self.audio_head(hidden_states).unflatten(-1, (self.num_codebooks, self.codebook_size))
 
     # ------------------------------------------------------------------ codes and audio (the codec's one home)
+    def _apply(self, fn, recurse: bool = True):
+        # *** Higgs v3 specific: the codec stays float32 whatever `to(dtype)`, `half()`, `bfloat16()` ask (its
+        # transposed convolutions are unstable in half precision); it still moves with the model (`to(device)`,
+        # `cuda()`) and takes every other change. A cast of a codec tensor is discarded before it is kept, so the fp32
+        # weights are never rounded. ***
+        codec = self._modules.get("codec")
+        if codec is None or not recurse:
+            return super()._apply(fn, recurse)
+
+        def keep_dtype(tensor: torch.Tensor) -> torch.Tensor:
+            applied = fn(tensor)
+            if tensor.is_floating_point() and applied.dtype != tensor.dtype:
+                return tensor.to(device=applied.device)
+            return applied
+
+        self._modules["codec"] = None  # the language model first, without the codec (order of modules kept)
+        try:
+            super()._apply(fn, recurse)
+        finally:
+            self._modules["codec"] = codec
+        codec._apply(keep_dtype)
+        return self
+        # *** end Higgs v3 specific ***
+
     def _require_codec(self, purpose: str) -> HiggsAudioV3Codec:
         if self.codec is None:
             raise ValueError(

@@ -409,3 +409,17 @@ def test_generate_refuses_input_ids_that_are_not_speech_prompts(model):
     rows = model.generate(input_ids=torch.tensor([[pad] + good, [tts, text, 9707, 13, audio]]),
                           attention_mask=torch.tensor([[0, 1, 1, 1, 1], [1] * 5]), max_new_tokens=9, do_sample=False)
     assert rows.shape == (2, 9, NUM_CODEBOOKS)
+
+
+def test_monitor_progress_shows_a_bar_of_rows_and_changes_nothing(model, capsys):
+    """`monitor_progress=True` draws a tqdm bar (rows out of max_new_tokens) on stderr; off by default; the rows are
+    those of a run without it."""
+    inputs = dict(input_ids=torch.tensor([[151667, 151672, 9707, 151670]]), max_new_tokens=9, do_sample=False)
+    plain = model.generate(**inputs)
+    assert "Generating audio rows" not in capsys.readouterr().err
+    shown = model.generate(**inputs, monitor_progress=True)
+    err = capsys.readouterr().err
+    assert torch.equal(shown, plain)
+    assert "Generating audio rows" in err and re.search(r"\b9/9 \[", err), err
+    sampled = model.generate(**{**inputs, "do_sample": True}, seed=3, monitor_progress=True)
+    assert torch.equal(sampled, model.generate(**{**inputs, "do_sample": True}, seed=3))
