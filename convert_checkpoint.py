@@ -26,7 +26,8 @@ Everything is written into a temporary folder next to the output and renamed at 
 output as it was. `--push-to-hub` uploads the result with `HfApi.upload_folder`. No pickle is loaded anywhere.
 
 `from_original(repo_or_dir)` converts once into a local cache and loads the model from there (the original repo has no
-`auto_map`, so `AutoModel` cannot load it directly).
+`auto_map`, so `AutoModel` cannot load it directly); `with_processor=True` returns `(model, processor)`. Once this
+module is imported, `AutoProcessor.from_pretrained` on an original folder raises an error pointing to `from_original`.
 
 (A little over 600 lines: the plan's named steps, the orchestration, `from_original` and the command line are the
 fixed entry point's; reading, writing and verifying are already in modules of their own.)
@@ -66,6 +67,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from transformers import PretrainedConfig
 from transformers.utils import logging
 
 from .configuration_higgs_v3 import REAL_CODEC_CONFIG, HiggsAudioV3Config
@@ -87,6 +89,7 @@ from .original_format_higgs_v3 import (
     CODEC_PREFIX,
     HEADS,
     ORIGINAL_CODEC_CONFIG_FILE,
+    ORIGINAL_MODEL_TYPE,
     ORIGINAL_REPO_ID,
     TEXT_CONFIG_FIELDS,
     TEXT_CONFIG_IGNORED,
@@ -585,13 +588,16 @@ def from_original(
     dtype: str = "bfloat16",
     codec_config: dict | None = None,
     verify: bool = True,
+    with_processor: bool = False,
     **from_pretrained_kwargs,
 ):
     """Load the original checkpoint (Hub id such as `bosonai/higgs-audio-v3-tts-4b`, or a local folder) as a
     `HiggsAudioV3ForConditionalGeneration`: converted and verified once into a local cache, then loaded from there.
+    With `with_processor=True`, returns the pair `(model, processor)` (the `HiggsAudioV3Processor` of the same
+    converted folder); else the model alone.
 
-    >>> model = from_original("bosonai/higgs-audio-v3-tts-4b")  # doctest: +SKIP
-    >>> processor = AutoProcessor.from_pretrained(converted_path("bosonai/higgs-audio-v3-tts-4b"))  # doctest: +SKIP
+    >>> model, processor = from_original("bosonai/higgs-audio-v3-tts-4b", with_processor=True)  # doctest: +SKIP
+    >>> model.generate(**processor("Hello there."), return_dict_in_generate=True).audio  # doctest: +SKIP
     """
     from .modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
 
@@ -599,7 +605,51 @@ def from_original(
         repo_or_dir, cache_dir, revision=revision, dtype=dtype, codec_config=codec_config, verify=verify
     )
     from_pretrained_kwargs.setdefault("dtype", "auto")
-    return HiggsAudioV3ForConditionalGeneration.from_pretrained(path, **from_pretrained_kwargs)
+    model = HiggsAudioV3ForConditionalGeneration.from_pretrained(path, **from_pretrained_kwargs)
+    if not with_processor:
+        return model
+    from .processing_higgs_v3 import HiggsAudioV3Processor
+
+    return model, HiggsAudioV3Processor.from_pretrained(path)
+
+
+# *** Higgs v3 specific: the original repo has no `auto_map`, so `AutoProcessor.from_pretrained` on it would quietly
+# return a plain tokenizer (which builds no TTS prompt). Once this module is imported (`from_original` and the converter
+# import it), its model type is known to the auto classes and `AutoProcessor` raises an error that says what to do.
+# Without this package imported, transformers cannot know the original format (nothing of ours is in that repo). ***
+class HiggsAudioV3OriginalFormatConfig(PretrainedConfig):
+    """The original checkpoint's config as the auto classes see it (`model_type` "higgs_multimodal_qwen3"): only a
+    marker, so that `AutoProcessor` can refuse the folder (see `HiggsAudioV3OriginalFormatProcessor`)."""
+
+    model_type = ORIGINAL_MODEL_TYPE
+
+
+class HiggsAudioV3OriginalFormatProcessor:
+    """What `AutoProcessor.from_pretrained` finds for an original-format checkpoint: an error pointing to
+    `from_original` and the converter."""
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        name = str(pretrained_model_name_or_path)
+        raise ValueError(
+            f"{name!r} is an original Higgs Audio v3 checkpoint, which has no processor: load it with "
+            f"`model, processor = higgs_v3.from_original({name!r}, with_processor=True)` (converted once into a local "
+            "cache), or convert it with convert_checkpoint.py and load the converted folder."
+        )
+
+
+def _register_original_format() -> None:
+    from transformers import AutoConfig, AutoProcessor
+
+    try:
+        AutoConfig.register(ORIGINAL_MODEL_TYPE, HiggsAudioV3OriginalFormatConfig)
+        AutoProcessor.register(HiggsAudioV3OriginalFormatConfig, HiggsAudioV3OriginalFormatProcessor)
+    except ValueError:  # already registered (a second import of this package)
+        pass
+
+
+_register_original_format()
+# *** end Higgs v3 specific ***
 
 
 # ------------------------------------------------------------------------------------------------------ command line
@@ -679,6 +729,8 @@ __all__ = [
     "ConversionPlan",
     "ConversionResult",
     "DTYPES",
+    "HiggsAudioV3OriginalFormatConfig",
+    "HiggsAudioV3OriginalFormatProcessor",
     "PushError",
     "build_config",
     "codec_tensor_shapes",

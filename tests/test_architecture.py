@@ -41,7 +41,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     },
     "convert_checkpoint": {
         "codec_higgs_v3", "configuration_higgs_v3", "converted_repo_higgs_v3", "modeling_higgs_v3",
-        "original_format_higgs_v3", "verification_higgs_v3",
+        "original_format_higgs_v3", "processing_higgs_v3", "verification_higgs_v3",
     },
     "longform_higgs_v3": {
         "audio_io_higgs_v3", "chunking_higgs_v3", "delay_higgs_v3", "generation_higgs_v3", "processing_higgs_v3",

@@ -40,7 +40,7 @@ from higgs_v3.delay_higgs_v3 import apply_delay_pattern
 from higgs_v3.generation_higgs_v3 import MAX_NEW_TOKENS, default_generation_config
 from higgs_v3.modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
 from higgs_v3.original_format_higgs_v3 import original_config, original_lm_shapes, read_original
-from higgs_v3.processing_higgs_v3 import TTS_CHAT_TEMPLATE
+from higgs_v3.processing_higgs_v3 import TTS_CHAT_TEMPLATE, HiggsAudioV3Processor
 from higgs_v3.tiny_higgs_v3 import tiny_codec_config, write_codec_config_file, write_tiny_original_checkpoint
 
 
@@ -980,6 +980,27 @@ def test_from_original_converts_once_into_a_cache(original, converted, tmp_path,
     with torch.no_grad():
         assert torch.equal(model(input_ids=ids).logits, again(input_ids=ids).logits)
     assert cc.converted_path(original, tmp_path / "cache") == cached[0]
+    # The pair: the model and the processor of the same converted folder.
+    pair_model, processor = cc.from_original(original, cache_dir=tmp_path / "cache", verify=False, with_processor=True)
+    assert len(calls) == 1 and type(processor).__name__ == "HiggsAudioV3Processor"
+    expected = HiggsAudioV3Processor.from_pretrained(cached[0])("Hello there.")
+    assert torch.equal(processor("Hello there.")["input_ids"], expected["input_ids"])
+    processor.check_model_config(pair_model.config)
+
+
+def test_auto_processor_on_an_original_folder_points_to_from_original(original):
+    """The original repo has no processor and no `auto_map`: instead of a plain tokenizer (no TTS prompts),
+    `AutoProcessor` raises an error that names `from_original` (once the converter module is imported)."""
+    from transformers import AutoTokenizer
+
+    with pytest.raises(ValueError) as error:
+        AutoProcessor.from_pretrained(original)
+    assert str(error.value) == (
+        f"{str(original)!r} is an original Higgs Audio v3 checkpoint, which has no processor: load it with `model, "
+        f"processor = higgs_v3.from_original({str(original)!r}, with_processor=True)` (converted once into a local "
+        "cache), or convert it with convert_checkpoint.py and load the converted folder."
+    )
+    assert type(AutoTokenizer.from_pretrained(original)).__name__ in ("Qwen2Tokenizer", "Qwen2TokenizerFast")
 
 
 def test_the_codec_config_is_part_of_the_cache_key(original, tmp_path, monkeypatch):
