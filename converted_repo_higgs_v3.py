@@ -277,6 +277,22 @@ output = model.generate(**inputs, seed=0, return_dict_in_generate=True)
 sf.write("hello.wav", output.audio[0].float().numpy(), model.config.sampling_rate)
 ```
 
+Long texts (split into chunks, one stable voice) and dialogues, and the chat template:
+
+```python
+speech = model.synthesize_long(processor, open("chapter.txt").read(), seed=0)
+speech.save("chapter.wav")
+talk = model.synthesize_dialogue(processor, "[Ann] Hi Bob!\\n[Bob] Hello Ann.", auto_voices=True)
+
+voice = model.encode_reference("me.wav", text="What I say in it.")  # clone a voice
+conversation = [
+    {{"role": "user", "content": [{{"type": "audio", "audio": voice}}]}},
+    {{"role": "user", "content": [{{"type": "text", "text": "Hello in my voice."}}]}},
+]
+inputs = processor.apply_chat_template(conversation, tokenize=True, return_dict=True)
+output = model.generate(**inputs, seed=0, return_dict_in_generate=True, monitor_progress=True)
+```
+
 Or with the pipeline:
 
 ```python

@@ -90,6 +90,9 @@ class HiggsAudioV3Processor(ProcessorMixin):
     Generation options go in `forward_params` (e.g. `{"seed": 0}`), processor options in `preprocess_params`; to
     clone a voice, encode it once with the model and pass it there:
     `pipe("Hello.", preprocess_params={"reference": pipe.model.encode_reference("ref.wav", text="Its transcript.")})`.
+    A chat (`pipe([{"role": "user", "content": "Hello."}])`) goes through `apply_chat_template`. With a model and a
+    processor already loaded, pass `pipeline("text-to-speech", model=model, processor=processor,
+    tokenizer=processor.tokenizer)`: transformers' factory cannot infer a tokenizer from a model object.
 
     Example:
 
