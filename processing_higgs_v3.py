@@ -456,7 +456,7 @@ class HiggsAudioV3Processor(ProcessorMixin):
         >>> conversation = [
         ...     {"role": "user", "content": [{"type": "audio", "audio": voice},  # or "path": "voice.safetensors"
         ...                                  {"type": "text", "text": "What I say in the clip."}]},
-        ...     {"role": "user", "content": [{"type": "text", "text": "<|emotion:joy|>Hello there!"}]},
+        ...     {"role": "user", "content": [{"type": "text", "text": "<|emotion:elation|>Hello there!"}]},
         ... ]  # doctest: +SKIP
         >>> inputs = processor.apply_chat_template(conversation, tokenize=True, return_dict=True)  # doctest: +SKIP
         >>> out = model.generate(**inputs, return_dict_in_generate=True)  # doctest: +SKIP
