@@ -615,7 +615,8 @@ def from_original(
 
 # *** Higgs v3 specific: the original repo has no `auto_map`, so `AutoProcessor.from_pretrained` on it would quietly
 # return a plain tokenizer (which builds no TTS prompt). Once this module is imported (`from_original` and the converter
-# import it), its model type is known to the auto classes and `AutoProcessor` raises an error that says what to do.
+# import it), its model type is known to the auto classes and `AutoProcessor` / `AutoModel` raise an error that says
+# what to do.
 # Without this package imported, transformers cannot know the original format (nothing of ours is in that repo). ***
 class HiggsAudioV3OriginalFormatConfig(PretrainedConfig):
     """The original checkpoint's config as the auto classes see it (`model_type` "higgs_multimodal_qwen3"): only a
@@ -624,26 +625,42 @@ class HiggsAudioV3OriginalFormatConfig(PretrainedConfig):
     model_type = ORIGINAL_MODEL_TYPE
 
 
+def _original_format_error(name: str, what: str) -> ValueError:
+    return ValueError(
+        f"{name!r} is an original Higgs Audio v3 checkpoint, which has no {what}: load it with "
+        f"`model, processor = higgs_v3.from_original({name!r}, with_processor=True)` (converted once into a local "
+        "cache), or convert it with convert_checkpoint.py and load the converted folder."
+    )
+
+
 class HiggsAudioV3OriginalFormatProcessor:
     """What `AutoProcessor.from_pretrained` finds for an original-format checkpoint: an error pointing to
     `from_original` and the converter."""
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
-        name = str(pretrained_model_name_or_path)
-        raise ValueError(
-            f"{name!r} is an original Higgs Audio v3 checkpoint, which has no processor: load it with "
-            f"`model, processor = higgs_v3.from_original({name!r}, with_processor=True)` (converted once into a local "
-            "cache), or convert it with convert_checkpoint.py and load the converted folder."
-        )
+        raise _original_format_error(str(pretrained_model_name_or_path), "processor")
+
+
+class HiggsAudioV3OriginalFormatModel:
+    """What `AutoModel` / `AutoModelForTextToWaveform` find for an original-format checkpoint: the same error (in place
+    of transformers' list of every configuration class it knows)."""
+
+    config_class = HiggsAudioV3OriginalFormatConfig
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        raise _original_format_error(str(pretrained_model_name_or_path), "model code for transformers (no auto_map)")
 
 
 def _register_original_format() -> None:
-    from transformers import AutoConfig, AutoProcessor
+    from transformers import AutoConfig, AutoModel, AutoModelForTextToWaveform, AutoProcessor
 
     try:
         AutoConfig.register(ORIGINAL_MODEL_TYPE, HiggsAudioV3OriginalFormatConfig)
         AutoProcessor.register(HiggsAudioV3OriginalFormatConfig, HiggsAudioV3OriginalFormatProcessor)
+        AutoModel.register(HiggsAudioV3OriginalFormatConfig, HiggsAudioV3OriginalFormatModel)
+        AutoModelForTextToWaveform.register(HiggsAudioV3OriginalFormatConfig, HiggsAudioV3OriginalFormatModel)
     except ValueError:  # already registered (a second import of this package)
         pass
 
@@ -730,6 +747,7 @@ __all__ = [
     "ConversionResult",
     "DTYPES",
     "HiggsAudioV3OriginalFormatConfig",
+    "HiggsAudioV3OriginalFormatModel",
     "HiggsAudioV3OriginalFormatProcessor",
     "PushError",
     "build_config",

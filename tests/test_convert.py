@@ -988,9 +988,10 @@ def test_from_original_converts_once_into_a_cache(original, converted, tmp_path,
     processor.check_model_config(pair_model.config)
 
 
-def test_auto_processor_on_an_original_folder_points_to_from_original(original):
+def test_auto_classes_on_an_original_folder_point_to_from_original(original):
     """The original repo has no processor and no `auto_map`: instead of a plain tokenizer (no TTS prompts),
-    `AutoProcessor` raises an error that names `from_original` (once the converter module is imported)."""
+    `AutoProcessor` raises an error that names `from_original` (once the converter module is imported), and so do
+    `AutoModel` / `AutoModelForTextToWaveform`; `AutoTokenizer` still reads the tokenizer."""
     from transformers import AutoTokenizer
 
     with pytest.raises(ValueError) as error:
@@ -1001,6 +1002,17 @@ def test_auto_processor_on_an_original_folder_points_to_from_original(original):
         "cache), or convert it with convert_checkpoint.py and load the converted folder."
     )
     assert type(AutoTokenizer.from_pretrained(original)).__name__ in ("Qwen2Tokenizer", "Qwen2TokenizerFast")
+    from transformers import AutoModelForTextToWaveform
+
+    for auto_class in (AutoModel, AutoModelForTextToWaveform):  # the same advice, not a list of every config class
+        with pytest.raises(ValueError) as error:
+            auto_class.from_pretrained(original)
+        assert str(error.value) == (
+            f"{str(original)!r} is an original Higgs Audio v3 checkpoint, which has no model code for transformers "
+            f"(no auto_map): load it with `model, processor = higgs_v3.from_original({str(original)!r}, "
+            "with_processor=True)` (converted once into a local cache), or convert it with convert_checkpoint.py and "
+            "load the converted folder."
+        )
 
 
 def test_the_codec_config_is_part_of_the_cache_key(original, tmp_path, monkeypatch):
