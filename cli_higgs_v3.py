@@ -228,7 +228,8 @@ def _add_speak_parser(commands) -> None:
                        f"original checkpoint, or a Hub repo id (default: $HIGGS_V3_MODEL or {DEFAULT_MODEL})")
     model.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:1, mps")
     model.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
-                       help="language model dtype (auto: the checkpoint's; the codec always runs in float32)")
+                       help="language model dtype (auto: bfloat16 on CUDA, float32 on CPU and MPS; the codec always runs "
+                       "in float32)")
 
     voice = speak.add_argument_group("voice")
     voice.add_argument("--ref-audio", metavar="CLIP", help="reference clip to clone (wav/flac/ogg, up to 100 s)")

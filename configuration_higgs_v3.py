@@ -88,12 +88,15 @@ REAL_CODEC_CONFIG: dict = {
 
 # `register_for_auto_class` keeps one class per object, so the whole map is written explicitly: `pipeline(
 # "text-to-speech")` needs `AutoModelForTextToWaveform`, notebooks use `AutoModel`, the processor has its own file.
+# Only the classes that fit: the model makes waveforms, not spectrograms (a model loaded as a
+# `AutoModelForTextToSpectrogram` makes the text-to-speech pipeline fetch an unrelated vocoder).
 AUTO_MAP: dict[str, str] = {
     "AutoConfig": "configuration_higgs_v3.HiggsAudioV3Config",
     "AutoModel": "modeling_higgs_v3.HiggsAudioV3ForConditionalGeneration",
     "AutoModelForTextToWaveform": "modeling_higgs_v3.HiggsAudioV3ForConditionalGeneration",
-    "AutoModelForTextToSpectrogram": "modeling_higgs_v3.HiggsAudioV3ForConditionalGeneration",
 }
+_UNFIT_AUTO_CLASSES: tuple[str, ...] = ("AutoModelForTextToSpectrogram",)
+"""Auto classes an earlier conversion wrote into `auto_map`; dropped when such a config is loaded (and so re-saved)."""
 
 
 class HiggsAudioV3Config(Qwen3Config):
@@ -175,7 +178,8 @@ class HiggsAudioV3Config(Qwen3Config):
             # A `HiggsAudioV2TokenizerConfig` (or any config object) is stored as its dict.
             self.codec_config = self.codec_config.to_dict()
         super().__post_init__(**kwargs)
-        self.auto_map = {**AUTO_MAP, **(getattr(self, "auto_map", None) or {})}
+        known = {k: v for k, v in (getattr(self, "auto_map", None) or {}).items() if k not in _UNFIT_AUTO_CLASSES}
+        self.auto_map = {**AUTO_MAP, **known}
         self.validate_audio_fields()
 
     # ------------------------------------------------------------------ derived values

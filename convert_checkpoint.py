@@ -29,7 +29,8 @@ output as it was, and what a killed run leaves is cleaned up by the next (`outpu
 uploads the result with `HfApi.upload_folder`. No pickle is loaded anywhere.
 
 `from_original(repo_or_dir)` converts once into a local cache and loads the model from there (the original repo has no
-`auto_map`, so `AutoModel` cannot load it directly).
+`auto_map`, so `AutoModel` cannot load it directly); `with_processor=True` returns `(model, processor)`. Once this
+module is imported, `AutoProcessor.from_pretrained` on an original folder raises an error pointing to `from_original`.
 
 (A little over 600 lines: the plan's named steps, the orchestration, `from_original` and the command line are the
 fixed entry point's; reading, writing and verifying are already in modules of their own.)
@@ -69,16 +70,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from transformers import PretrainedConfig
 from transformers.utils import logging
 
 from .configuration_higgs_v3 import REAL_CODEC_CONFIG, HiggsAudioV3Config
 from .converted_repo_higgs_v3 import (
     AS_HEAD,
     PlannedTensor,
+    check_hub_push,
     check_output_folder,
     check_shard_size,
     push_folder_to_hub,
     shard_split,
+    upload_later_hint,
     verify_written_tensors,
     write_model_card,
     write_repo_files,
@@ -95,6 +99,7 @@ from .original_format_higgs_v3 import (
     CODEC_PREFIX,
     HEADS,
     ORIGINAL_CODEC_CONFIG_FILE,
+    ORIGINAL_MODEL_TYPE,
     ORIGINAL_REPO_ID,
     TEXT_CONFIG_FIELDS,
     TEXT_CONFIG_IGNORED,
@@ -148,6 +153,15 @@ class ConversionResult:
     max_abs_diff: float | None = None
     tolerance: float | None = None
     pushed_to: str | None = None
+
+
+class PushError(ConversionError):
+    """The conversion succeeded but the upload failed: `result` is the complete conversion (its folder is in place);
+    the message says how to upload it later."""
+
+    def __init__(self, message: str, result: ConversionResult):
+        super().__init__(message)
+        self.result = result
 
 
 # ------------------------------------------------------------------------------------------------------------- plan
@@ -492,7 +506,9 @@ def convert(
     The output is assembled in a temporary folder next to `output_dir`, verified (unless `verify=False`), and only
     then renamed into place; a non-empty `output_dir` is refused unless `overwrite`. `codec_config` overrides the
     codec config (default: the input folder's `higgs_audio_v2_tokenizer_config.json`, else the real one).
-    `push_to_hub` uploads the result with `HfApi.upload_folder`. Raises `ConversionError` with the reason.
+    `push_to_hub` uploads the result with `HfApi.upload_folder`: the Hub and the login are checked before converting,
+    and a failed upload raises `PushError` (whose `result` is the complete conversion). Raises `ConversionError` with
+    the reason.
 
     >>> result = convert("path/to/higgs-audio-v3-tts-4b", "higgs-audio-v3-hf")  # doctest: +SKIP
     >>> result.max_abs_diff <= result.tolerance  # doctest: +SKIP
@@ -501,6 +517,8 @@ def convert(
     torch_dtype = _check_options(dtype, max_shard_size)
     clean_stale_siblings(Path(output_dir).expanduser().absolute())  # a killed run's leftovers; a lost output restored
     output = _check_output(output_dir, overwrite)
+    if push_to_hub:  # before a conversion that takes long on the real checkpoint
+        check_hub_push(push_to_hub, token)
     source_dir = _check_input(resolve_input(input_path, revision=revision, cache_dir=cache_dir), output)
     source = read_original(source_dir)
     plan = plan_conversion(source, torch_dtype, codec_config=codec_config, without_codec=without_codec)
@@ -519,7 +537,12 @@ def convert(
     result = ConversionResult(output, len(plan.tensors), shards, plan.ignored, plan.config.tie_word_embeddings,
                               max_abs_diff, tolerance)
     if push_to_hub:
-        result.pushed_to = push_folder_to_hub(output, push_to_hub, private=private, token=token)
+        try:
+            result.pushed_to = push_folder_to_hub(output, push_to_hub, private=private, token=token)
+        except Exception as error:  # the Hub's errors are many; the folder is complete either way
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise PushError(f"The upload to {push_to_hub} failed ({reason}). {upload_later_hint(output, push_to_hub)}",
+                            result) from error
     return result
 
 
@@ -600,13 +623,16 @@ def from_original(
     dtype: str = "bfloat16",
     codec_config: dict | None = None,
     verify: bool = True,
+    with_processor: bool = False,
     **from_pretrained_kwargs,
 ):
     """Load the original checkpoint (Hub id such as `bosonai/higgs-audio-v3-tts-4b`, or a local folder) as a
     `HiggsAudioV3ForConditionalGeneration`: converted and verified once into a local cache, then loaded from there.
+    With `with_processor=True`, returns the pair `(model, processor)` (the `HiggsAudioV3Processor` of the same
+    converted folder); else the model alone.
 
-    >>> model = from_original("bosonai/higgs-audio-v3-tts-4b")  # doctest: +SKIP
-    >>> processor = AutoProcessor.from_pretrained(converted_path("bosonai/higgs-audio-v3-tts-4b"))  # doctest: +SKIP
+    >>> model, processor = from_original("bosonai/higgs-audio-v3-tts-4b", with_processor=True)  # doctest: +SKIP
+    >>> model.generate(**processor("Hello there."), return_dict_in_generate=True).audio  # doctest: +SKIP
     """
     from .modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
 
@@ -614,7 +640,68 @@ def from_original(
         repo_or_dir, cache_dir, revision=revision, dtype=dtype, codec_config=codec_config, verify=verify
     )
     from_pretrained_kwargs.setdefault("dtype", "auto")
-    return HiggsAudioV3ForConditionalGeneration.from_pretrained(path, **from_pretrained_kwargs)
+    model = HiggsAudioV3ForConditionalGeneration.from_pretrained(path, **from_pretrained_kwargs)
+    if not with_processor:
+        return model
+    from .processing_higgs_v3 import HiggsAudioV3Processor
+
+    return model, HiggsAudioV3Processor.from_pretrained(path)
+
+
+# *** Higgs v3 specific: the original repo has no `auto_map`, so `AutoProcessor.from_pretrained` on it would quietly
+# return a plain tokenizer (which builds no TTS prompt). Once this module is imported (`from_original` and the converter
+# import it), its model type is known to the auto classes and `AutoProcessor` / `AutoModel` raise an error that says
+# what to do.
+# Without this package imported, transformers cannot know the original format (nothing of ours is in that repo). ***
+class HiggsAudioV3OriginalFormatConfig(PretrainedConfig):
+    """The original checkpoint's config as the auto classes see it (`model_type` "higgs_multimodal_qwen3"): only a
+    marker, so that `AutoProcessor` can refuse the folder (see `HiggsAudioV3OriginalFormatProcessor`)."""
+
+    model_type = ORIGINAL_MODEL_TYPE
+
+
+def _original_format_error(name: str, what: str) -> ValueError:
+    return ValueError(
+        f"{name!r} is an original Higgs Audio v3 checkpoint, which has no {what}: load it with "
+        f"`model, processor = higgs_v3.from_original({name!r}, with_processor=True)` (converted once into a local "
+        "cache), or convert it with convert_checkpoint.py and load the converted folder."
+    )
+
+
+class HiggsAudioV3OriginalFormatProcessor:
+    """What `AutoProcessor.from_pretrained` finds for an original-format checkpoint: an error pointing to
+    `from_original` and the converter."""
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        raise _original_format_error(str(pretrained_model_name_or_path), "processor")
+
+
+class HiggsAudioV3OriginalFormatModel:
+    """What `AutoModel` / `AutoModelForTextToWaveform` find for an original-format checkpoint: the same error (in place
+    of transformers' list of every configuration class it knows)."""
+
+    config_class = HiggsAudioV3OriginalFormatConfig
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        raise _original_format_error(str(pretrained_model_name_or_path), "model code for transformers (no auto_map)")
+
+
+def _register_original_format() -> None:
+    from transformers import AutoConfig, AutoModel, AutoModelForTextToWaveform, AutoProcessor
+
+    try:
+        AutoConfig.register(ORIGINAL_MODEL_TYPE, HiggsAudioV3OriginalFormatConfig)
+        AutoProcessor.register(HiggsAudioV3OriginalFormatConfig, HiggsAudioV3OriginalFormatProcessor)
+        AutoModel.register(HiggsAudioV3OriginalFormatConfig, HiggsAudioV3OriginalFormatModel)
+        AutoModelForTextToWaveform.register(HiggsAudioV3OriginalFormatConfig, HiggsAudioV3OriginalFormatModel)
+    except ValueError:  # already registered (a second import of this package)
+        pass
+
+
+_register_original_format()
+# *** end Higgs v3 specific ***
 
 
 # ------------------------------------------------------------------------------------------------------ command line
@@ -712,6 +799,10 @@ def main(argv: list[str] | None = None, prog: str = "convert_checkpoint.py") -> 
     except KeyboardInterrupt:
         print(f"{prog}: interrupted; the output was left as it was.", file=sys.stderr)
         return 130
+    except PushError as error:  # the conversion is complete: its summary, then the failed upload (not a user fault)
+        _print_summary(error.result)
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return 1
     except (ValueError, OSError) as error:  # ConversionError is a ValueError
         if os.environ.get("HIGGS_V3_DEBUG"):
             raise
@@ -720,6 +811,13 @@ def main(argv: list[str] | None = None, prog: str = "convert_checkpoint.py") -> 
             message = f"{error.filename!s} does not exist."
         print(f"{prog}: error: {message}", file=sys.stderr)
         return EXIT_USER_ERROR
+    _print_summary(result)
+    if result.pushed_to:
+        print(f"Pushed to {result.pushed_to}")
+    return 0
+
+
+def _print_summary(result: ConversionResult) -> None:
     print(f"Converted {result.num_tensors} tensors into {result.output_dir} ({', '.join(result.shards)}).")
     for name, reason in sorted(result.ignored.items()):
         print(f"  ignored {name}: {reason}")
@@ -728,9 +826,6 @@ def main(argv: list[str] | None = None, prog: str = "convert_checkpoint.py") -> 
               f"(tolerance {result.tolerance:.3e}).")
     else:
         print("Not verified (--no-verify).")
-    if result.pushed_to:
-        print(f"Pushed to {result.pushed_to}")
-    return 0
 
 
 __all__ = [
@@ -738,6 +833,10 @@ __all__ = [
     "ConversionPlan",
     "ConversionResult",
     "DTYPES",
+    "HiggsAudioV3OriginalFormatConfig",
+    "HiggsAudioV3OriginalFormatModel",
+    "HiggsAudioV3OriginalFormatProcessor",
+    "PushError",
     "build_config",
     "codec_tensor_shapes",
     "convert",

@@ -7,9 +7,11 @@ upload. The converter (`convert_checkpoint.py`) plans what goes where; this modu
   `safetensors.torch.save_file`, then the index from the split; `verify_written_tensors` re-reads them bit for bit.
 - The rest (`write_repo_files`): `config.json` with `auto_map`, `generation_config.json`
   (`generation_higgs_v3.default_generation_config`), the remote code (`remote_code_files`), the tokenizer files byte
-  for byte, the processor's files, the source's LICENSE/NOTICE files; `write_model_card` writes `README.md`.
-- `check_output_folder`: every file a `trust_remote_code=True` load needs is there. `push_folder_to_hub`:
-  `HfApi.upload_folder`.
+  for byte (the chat template excepted: the TTS one replaces ChatML), the processor's files, the source's
+  LICENSE/NOTICE files; `write_model_card` writes `README.md`.
+- `check_output_folder`: every file a `trust_remote_code=True` load needs is there. The Hub: `hub_offline_reason` (a
+  short probe instead of retries), `check_hub_push` (before converting), `push_folder_to_hub`
+  (`HfApi.upload_folder`).
 """
 
 from __future__ import annotations
@@ -179,11 +181,13 @@ def remote_code_files() -> list[Path]:
 
 
 def save_processor_files(output_dir: str | os.PathLike, config: HiggsAudioV3Config) -> list[str]:
-    """Write the processor's own files (`processor_config.json`, with its `auto_map`) into `output_dir`, whose
-    tokenizer files stay exactly as they are. The processor is built from those tokenizer files and `config`. Returns
-    the names written (none when `processing_higgs_v3.py` is not available)."""
+    """Write the processor's own files (`processor_config.json`, with its `auto_map`) and the TTS chat template
+    (`chat_template.jinja`: `processing_higgs_v3.TTS_CHAT_TEMPLATE`, in place of the original's ChatML, which renders
+    no TTS prompt) into `output_dir`, whose other tokenizer files stay exactly as they are. The processor is built
+    from those tokenizer files and `config`. Returns the names written (none when `processing_higgs_v3.py` is not
+    available)."""
     try:
-        from .processing_higgs_v3 import HiggsAudioV3Processor
+        from .processing_higgs_v3 import TTS_CHAT_TEMPLATE, HiggsAudioV3Processor
     except ImportError:
         return []
     from transformers import AutoTokenizer
@@ -204,7 +208,8 @@ def save_processor_files(output_dir: str | os.PathLike, config: HiggsAudioV3Conf
                 continue  # the tokenizer files stay byte-identical; code files are copied separately
             shutil.copyfile(path, output_dir / path.name)
             written.append(path.name)
-    return written
+    (output_dir / "chat_template.jinja").write_text(TTS_CHAT_TEMPLATE, encoding="utf-8")
+    return sorted(written + ["chat_template.jinja"])
 
 
 def _license_front_matter(source_dir: Path, copied_license: bool) -> tuple[str, str]:
@@ -270,6 +275,22 @@ processor = AutoProcessor.from_pretrained("{repo_id}", trust_remote_code=True)
 inputs = processor(text="<|emotion:contentment|>Hello! This is Higgs Audio v3.", return_tensors="pt")
 output = model.generate(**inputs, seed=0, return_dict_in_generate=True)
 sf.write("hello.wav", output.audio[0].float().numpy(), model.config.sampling_rate)
+```
+
+Long texts (split into chunks, one stable voice) and dialogues, and the chat template:
+
+```python
+speech = model.synthesize_long(processor, open("chapter.txt").read(), seed=0)
+speech.save("chapter.wav")
+talk = model.synthesize_dialogue(processor, "[Ann] Hi Bob!\\n[Bob] Hello Ann.", auto_voices=True)
+
+voice = model.encode_reference("me.wav", text="What I say in it.")  # clone a voice
+conversation = [
+    {{"role": "user", "content": [{{"type": "audio", "audio": voice}}]}},
+    {{"role": "user", "content": [{{"type": "text", "text": "Hello in my voice."}}]}},
+]
+inputs = processor.apply_chat_template(conversation, tokenize=True, return_dict=True)
+output = model.generate(**inputs, seed=0, return_dict_in_generate=True, monitor_progress=True)
 ```
 
 Or with the pipeline:
@@ -359,7 +380,8 @@ def check_output_folder(output: Path) -> None:
 
 def write_repo_files(source_dir: Path, config: HiggsAudioV3Config, output: Path) -> bool:
     """Everything but the weights and the card into `output`: config, remote code, generation config, tokenizer
-    files (byte for byte), processor files and the source's LICENSE/NOTICE files. Returns whether a LICENSE was
+    files (byte for byte, but for the TTS chat template in place of ChatML), processor files and the source's
+    LICENSE/NOTICE files. Returns whether a LICENSE was
     copied (the card then links to it)."""
     config.save_pretrained(output)
     for path in remote_code_files():
@@ -376,6 +398,68 @@ def write_repo_files(source_dir: Path, config: HiggsAudioV3Config, output: Path)
 
 
 # -------------------------------------------------------------------------------------------------------------- hub
+HUB_PROBE_SECONDS: float = 3.0
+"""How long `hub_offline_reason` waits for the Hub's endpoint to accept a connection."""
+
+
+def hub_offline_reason(timeout: float = HUB_PROBE_SECONDS) -> str | None:
+    """Why the Hub cannot be used now (`HF_HUB_OFFLINE` is set, or its endpoint did not accept a TCP connection within
+    `timeout` seconds), or None. The probe replaces `huggingface_hub`'s retries (about ten, over 30-40 s) with one
+    short wait; behind a proxy (`HTTPS_PROXY` / `ALL_PROXY`) it is skipped, as a direct connection says nothing there."""
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return "HF_HUB_OFFLINE is set"
+    if any(os.environ.get(key) for key in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return None
+    endpoint = urlparse(constants.ENDPOINT)
+    host, port = endpoint.hostname or "huggingface.co", endpoint.port or (443 if endpoint.scheme == "https" else 80)
+    if _can_connect(host, port, timeout):
+        return None
+    return f"the Hub ({constants.ENDPOINT}) did not answer within {timeout:g} s"
+
+
+def _can_connect(host: str, port: int, timeout: float) -> bool:
+    import socket
+
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def check_hub_push(repo_id: str, token: str | None = None) -> str:
+    """Before a long conversion: the Hub answers and a token is there and valid (`HfApi.whoami`). Returns the user
+    name; raises a `ConversionError` that says what to do."""
+    from huggingface_hub import HfApi, get_token
+
+    offline = hub_offline_reason()
+    if offline is not None:
+        raise ConversionError(f"--push-to-hub {repo_id} needs the Hub, but {offline}; nothing was converted. Connect "
+                              "and run again, or convert without --push-to-hub and upload the folder later.")
+    if token is None and get_token() is None:
+        raise ConversionError(f"--push-to-hub {repo_id} needs a Hugging Face login, and there is none; nothing was "
+                              "converted. Run `hf auth login` (or set HF_TOKEN) and run again.")
+    try:
+        user = HfApi(token=token).whoami()
+    except Exception as error:  # an invalid token, or the Hub failing now
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ConversionError(f"--push-to-hub {repo_id}: the Hub refused the login check ({reason}); nothing was "
+                              "converted. Run `hf auth login` (or set HF_TOKEN) and run again.") from error
+    return str(user.get("name", "")) if isinstance(user, dict) else ""
+
+
+def upload_later_hint(folder: str | os.PathLike, repo_id: str) -> str:
+    """How to upload a complete converted folder after a failed push (the `hf` command line, or Python)."""
+    return (
+        f"The converted folder {str(folder)!r} is complete; upload it later with `hf upload {repo_id} {folder} .` "
+        f"or, in Python, higgs_v3.converted_repo_higgs_v3.push_folder_to_hub({str(folder)!r}, {repo_id!r})."
+    )
+
+
 def push_folder_to_hub(
     folder: str | os.PathLike, repo_id: str, *, private: bool = False, token: str | None = None
 ) -> str:
@@ -398,16 +482,20 @@ def push_folder_to_hub(
 
 __all__ = [
     "AS_HEAD",
+    "HUB_PROBE_SECONDS",
     "LICENSE_FILE_PATTERN",
     "PlannedTensor",
     "SUPPORTED_TRANSFORMERS",
     "TOKENIZER_FILES",
+    "check_hub_push",
     "check_output_folder",
     "check_shard_size",
+    "hub_offline_reason",
     "push_folder_to_hub",
     "remote_code_files",
     "save_processor_files",
     "shard_split",
+    "upload_later_hint",
     "verify_written_tensors",
     "write_model_card",
     "write_repo_files",

@@ -253,6 +253,24 @@ class _RowStreamer(BaseStreamer):
         self.streamer.end()
 
 
+class HiggsAudioV3ProgressBar(LogitsProcessor):
+    """`generate(..., monitor_progress=True)`: a tqdm bar of the rows generated, out of `max_new_tokens` (a sequence
+    that ends its speech earlier stops the bar there). It counts calls (one per step) and reads nothing from the
+    device: the scores pass through untouched."""
+
+    def __init__(self, total: int):
+        from tqdm.auto import tqdm
+
+        self.bar = tqdm(total=total, desc="Generating audio rows", unit="row")
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        self.bar.update(1)
+        return scores
+
+    def close(self) -> None:
+        self.bar.close()
+
+
 def _audio_code_offsets(batch_size: int, num_codebooks: int, codebook_size: int, device) -> torch.LongTensor:
     """`[batch * C, 1]`: `c * codebook_size` for stock-loop row `b * C + c`, whose codes index rows
     `c * codebook_size + code` of the fused embedding. Computed once per call, added to the newest column each step."""
@@ -321,6 +339,7 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         seed: int | list[int] | torch.Tensor | None = None,
         output_audio: bool | None = None,
         max_positions: int | None = MAX_POSITIONS,
+        monitor_progress: bool = False,
         **kwargs,
     ) -> HiggsAudioV3GenerationOutput | torch.LongTensor:
         r"""
@@ -345,6 +364,8 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
                 server's 4096): a longer prompt is refused, a `max_new_tokens` that would pass it is clipped with a
                 warning. In a batch the limit is read against the longest prompt (one `max_new_tokens` for all), so
                 a sequence that reaches it may get fewer rows than alone. None lifts the limit.
+            monitor_progress (`bool`, defaults to False): show a tqdm bar of the rows generated (for notebooks: the
+                default limit is 2048 rows, minutes on a CPU). It counts steps and reads nothing from the device.
 
         Returns:
             `HiggsAudioV3GenerationOutput` when `return_dict_in_generate=True`, else the delayed rows
@@ -360,6 +381,7 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         self._check_generate_arguments(input_ids, kwargs)
         _check_call_objects(input_ids, attention_mask, generation_config, logits_processor, stopping_criteria, streamer,
                             seed, max_positions, kwargs)
+        self._check_speech_prompts(input_ids, attention_mask)
         if output_audio and getattr(self, "codec", None) is None:
             raise ValueError(
                 "output_audio=True needs the codec, and this model has none (config.codec_config is None): load a "
@@ -372,20 +394,27 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         processors, stopper = self._audio_generation_pieces(
             generation_config, warpers, seed, batch_size, prompt_length, input_ids.device
         )
+        progress = HiggsAudioV3ProgressBar(generation_config.max_new_tokens) if monitor_progress else None
         # *** Higgs v3 specific: the stock loop runs over B * C rows, row b * C + c holding codebook c ***
-        outputs = super().generate(
-            input_ids=input_ids.repeat_interleave(num_codebooks, dim=0),  # [B * C, L]
-            attention_mask=attention_mask if attention_mask is not None else torch.ones_like(input_ids),
-            audio_input_ids=audio_input_ids,
-            audio_input_ids_mask=audio_input_ids_mask,
-            audio_prompt_length=prompt_length,
-            audio_code_offsets=_audio_code_offsets(batch_size, num_codebooks, self.config.codebook_size, input_ids.device),
-            generation_config=generation_config,
-            logits_processor=LogitsProcessorList([*(logits_processor or []), *processors]),
-            stopping_criteria=StoppingCriteriaList([*(stopping_criteria or []), stopper]),
-            streamer=_RowStreamer(streamer, num_codebooks) if streamer is not None else None,
-            **model_kwargs,
-        )
+        try:
+            outputs = super().generate(
+                input_ids=input_ids.repeat_interleave(num_codebooks, dim=0),  # [B * C, L]
+                attention_mask=attention_mask if attention_mask is not None else torch.ones_like(input_ids),
+                audio_input_ids=audio_input_ids,
+                audio_input_ids_mask=audio_input_ids_mask,
+                audio_prompt_length=prompt_length,
+                audio_code_offsets=_audio_code_offsets(batch_size, num_codebooks, self.config.codebook_size, input_ids.device),
+                generation_config=generation_config,
+                logits_processor=LogitsProcessorList(
+                    [*(logits_processor or []), *processors, *([progress] if progress is not None else [])]
+                ),
+                stopping_criteria=StoppingCriteriaList([*(stopping_criteria or []), stopper]),
+                streamer=_RowStreamer(streamer, num_codebooks) if streamer is not None else None,
+                **model_kwargs,
+            )
+        finally:
+            if progress is not None:
+                progress.close()
         # *** end Higgs v3 specific ***
         return self._audio_generation_output(outputs, batch_size, prompt_length, return_dict, output_audio)
 
@@ -404,6 +433,31 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         if input_ids is None or input_ids.dim() != 2:
             shape = None if input_ids is None else tuple(input_ids.shape)
             raise ValueError(f"generate() needs input_ids of shape [batch, length], got {shape}.")
+
+    def _check_speech_prompts(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None) -> None:
+        """Refuse `input_ids` that are not TTS prompts (`<|tts|> ... <|text|> ... <|audio|>`, left padded): plain
+        tokenizer output would generate sound without a word. Once per call, up front (one host read), never per step.
+        """
+        if torch.compiler.is_compiling():
+            return
+        config = self.config
+        first = attention_mask.long().argmax(-1, keepdim=True) if attention_mask is not None else None  # [B, 1]
+        starts = input_ids[:, :1] if first is None else input_ids.gather(1, first)  # [B, 1] first real token
+        valid = (
+            (starts[:, 0] == config.tts_token_id)
+            & (input_ids[:, -1] == config.audio_start_token_id)
+            & (input_ids == config.text_token_id).any(-1)
+        )  # [B]
+        if attention_mask is not None:
+            valid &= attention_mask[:, -1].bool()
+        if not bool(valid.all()):
+            rows = torch.nonzero(~valid).flatten().tolist()
+            raise ValueError(
+                f"input_ids row(s) {rows} are not Higgs Audio v3 speech prompts (<|tts|> ... <|text|> TEXT <|audio|>, "
+                "left padded); plain tokenizer output would generate sound without a word. Build the inputs with "
+                "HiggsAudioV3Processor: processor(text) or processor.apply_chat_template(conversation, tokenize=True, "
+                "return_dict=True) (with a pipeline, pass processor=processor)."
+            )
 
     def _audio_generation_config(
         self, generation_config: GenerationConfig | None, kwargs: dict
@@ -629,6 +683,7 @@ __all__ = [
     "HiggsAudioV3DelayPatternLogitsProcessor",
     "HiggsAudioV3GenerationMixin",
     "HiggsAudioV3GenerationOutput",
+    "HiggsAudioV3ProgressBar",
     "HiggsAudioV3StoppingCriteria",
     "MAX_NEW_TOKENS",
     "MAX_POSITIONS",

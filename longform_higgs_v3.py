@@ -45,8 +45,12 @@ from .streaming_higgs_v3 import HiggsAudioV3RowTracker
 
 
 if TYPE_CHECKING:
+    # The model is not imported, even for type checking: `modeling_higgs_v3` imports this module (its
+    # `synthesize_long` / `synthesize_dialogue` delegate here), and the Hub's copy of the remote code follows every
+    # relative import. `model` arguments are `HiggsAudioV3ForConditionalGeneration`s from either import path.
+    from transformers import PreTrainedModel
+
     from .delay_higgs_v3 import HiggsAudioV3AudioSpec
-    from .modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
     from .processing_higgs_v3 import HiggsAudioV3Processor
 
 try:
@@ -100,7 +104,7 @@ def dialogue_jobs(
 
 # =============================================================================================== voices
 def resolve_voice(
-    model: HiggsAudioV3ForConditionalGeneration,
+    model: PreTrainedModel,
     processor: HiggsAudioV3Processor,
     spec: object,
     transcript: str | None = None,
@@ -351,7 +355,7 @@ def _join(chunks: Sequence[ChunkResult], pause_seconds: float, sampling_rate: in
 
 
 # =============================================================================================== the synthesis core
-def max_new_tokens_for(model: HiggsAudioV3ForConditionalGeneration, max_seconds: float | None) -> int | None:
+def max_new_tokens_for(model: PreTrainedModel, max_seconds: float | None) -> int | None:
     """Rows for `max_seconds` of audio (`config.audio_spec.rows_for_seconds`: the frames plus the delay pattern's
     rows); None for None. More rows than one request's positions allow (`MAX_POSITIONS`) is a `ValueError` naming the
     longest `max_seconds` accepted."""
@@ -446,7 +450,7 @@ class _Synthesizer:
 
 # =============================================================================================== the entry points
 def synthesize_long(
-    model: HiggsAudioV3ForConditionalGeneration,
+    model: PreTrainedModel,
     processor: HiggsAudioV3Processor,
     text: str,
     *,
@@ -497,7 +501,7 @@ def synthesize_long(
 
 
 def synthesize_dialogue(
-    model: HiggsAudioV3ForConditionalGeneration,
+    model: PreTrainedModel,
     processor: HiggsAudioV3Processor,
     script: str | Sequence[DialogueLine] | Sequence[tuple[str, str]],
     voices: Mapping[str, object] | None = None,

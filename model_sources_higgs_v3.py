@@ -133,19 +133,25 @@ def resolve_model(name: str, log=None) -> Path:
     if not _HUB_ID.match(name):
         raise ValueError(f"Unknown model {name!r}: it is not {TINY_RANDOM!r}, an existing folder, or a Hub repo id "
                        "(owner/name).")
-    try:
-        from huggingface_hub import hf_hub_download
+    from huggingface_hub import hf_hub_download, snapshot_download
 
-        config_path = Path(hf_hub_download(name, "config.json"))
-    except Exception as error:  # offline, unknown repo, no access: all mean the same to the user
+    from .converted_repo_higgs_v3 import hub_offline_reason
+
+    offline = hub_offline_reason()  # a reason when the Hub cannot be used: then the local cache only, no retries
+    what = f"the default model {name!r}" if name == DEFAULT_MODEL else f"model {name!r}"
+    try:
+        config_path = Path(hf_hub_download(name, "config.json", local_files_only=offline is not None))
+    except Exception as error:  # unknown repo, no access, not cached: one line each
+        if offline is not None:
+            raise ValueError(
+                f"Cannot load {what}: {offline}, and it is not in the local Hugging Face cache. Connect and run again, "
+                f"or give a local folder with --model (or {TINY_RANDOM!r} for the demo model)."
+            ) from error
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ValueError(f"Unknown model {name!r}: not {TINY_RANDOM!r} nor a local folder, and the Hub repo could not be "
-                       f"reached ({reason}).") from error
+        raise ValueError(f"Cannot load {what} from the Hub ({reason}).") from error
     if _read_json(config_path).get("model_type") == _ORIGINAL_MODEL_TYPE:
         return _convert_original(name, log)
-    from huggingface_hub import snapshot_download
-
-    return Path(snapshot_download(name))
+    return Path(snapshot_download(name, local_files_only=offline is not None))
 
 
 def _convert_original(name: str, log) -> Path:
@@ -201,11 +207,19 @@ def _load_processor(path: Path):
     return HiggsAudioV3Processor.from_model_config(tokenizer, HiggsAudioV3Config.from_pretrained(str(path)))
 
 
+def auto_dtype(device) -> str:
+    """The language model's dtype for `--dtype auto` on `device` (a `torch.device`): bfloat16 on CUDA, float32
+    elsewhere (on a CPU, bfloat16 matmuls are several times slower than float32 for small models, and MPS support
+    for bfloat16 varies). The codec runs in float32 either way."""
+    return "bfloat16" if device.type == "cuda" else "float32"
+
+
 def load_model(path: Path, device: str, dtype: str):
-    """The installed package's model class (no remote code is run) on `device`."""
+    """The installed package's model class (no remote code is run) on `device`, in `dtype` ("auto": `auto_dtype`)."""
     from .modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
 
     target = _device(device)
+    dtype = auto_dtype(target) if dtype == "auto" else dtype
     try:
         model = HiggsAudioV3ForConditionalGeneration.from_pretrained(str(path), dtype=dtype)
     except Exception as error:
@@ -220,6 +234,7 @@ __all__ = [
     "DEFAULT_MODEL",
     "TINY_RANDOM",
     "TINY_RANDOM_MAX_SECONDS",
+    "auto_dtype",
     "cache_dir",
     "ensure_tiny_random",
     "load_model",

@@ -21,17 +21,23 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 from transformers.utils import logging
 
 from .audio_io_higgs_v3 import AudioLike, HiggsAudioV3Voice, prepare_reference_waveform
+from .chunking_higgs_v3 import DialogueLine  # noqa: F401 (imported by longform; see below)
 from .codec_higgs_v3 import HiggsAudioV3Codec
 from .compat_higgs_v3 import CACHE_KWARG, pop_cache, replicated
 from .configuration_higgs_v3 import HiggsAudioV3Config
-from .delay_higgs_v3 import HiggsAudioV3AudioSpec  # noqa: F401 (imported by configuration; see above)
+from .delay_higgs_v3 import HiggsAudioV3AudioSpec  # noqa: F401 (imported by configuration; see below)
 from .generation_higgs_v3 import MAX_NEW_TOKENS, HiggsAudioV3GenerationMixin, default_generation_config
-from .sampling_higgs_v3 import HiggsAudioV3SeededSampler  # noqa: F401 (imported by generation; see above)
+from .longform_higgs_v3 import SpeechResult
+from .longform_higgs_v3 import synthesize_dialogue as _synthesize_dialogue
+from .longform_higgs_v3 import synthesize_long as _synthesize_long
+from .processing_higgs_v3 import HiggsAudioV3Processor  # noqa: F401 (imported by chunking; see below)
+from .sampling_higgs_v3 import HiggsAudioV3SeededSampler  # noqa: F401 (imported by generation; see below)
 from .streaming_higgs_v3 import HiggsAudioV3AudioStreamer
 
 
 # transformers 5.5 copies only the *direct* relative imports of this file when it loads a local folder with
-# `trust_remote_code=True`, so every module of the chain is imported here, directly.
+# `trust_remote_code=True`, so every module of the chain is imported here, directly (long-form speech and its
+# chunker included: `synthesize_long` / `synthesize_dialogue` must work from a Hub repo alone).
 
 
 logger = logging.get_logger(__name__)
@@ -87,7 +93,9 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
 
     Modules: `model` (transformers' `Qwen3Model`), `audio_embed` (the fused codebook embedding, `[num_codebooks *
     codebook_size, hidden]`), `audio_head` (tied to `audio_embed`), `lm_head` (text head, tied to the token embedding,
-    run only when asked) and `codec` (the Higgs Audio v2 tokenizer, fp32; absent when `config.codec_config` is None).
+    run only when asked) and `codec` (the Higgs Audio v2 tokenizer; absent when `config.codec_config` is None). The
+    codec is float32 always: loaded so whatever `dtype`, and kept so by `model.to(torch.bfloat16)`, `half()` and
+    `bfloat16()`, which cast the language model only (the codec moves with the model to its device).
 
     Example:
 
@@ -167,6 +175,30 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
         return self.audio_head(hidden_states).unflatten(-1, (self.num_codebooks, self.codebook_size))
 
     # ------------------------------------------------------------------ codes and audio (the codec's one home)
+    def _apply(self, fn, recurse: bool = True):
+        # *** Higgs v3 specific: the codec stays float32 whatever `to(dtype)`, `half()`, `bfloat16()` ask (its
+        # transposed convolutions are unstable in half precision); it still moves with the model (`to(device)`,
+        # `cuda()`) and takes every other change. A cast of a codec tensor is discarded before it is kept, so the fp32
+        # weights are never rounded. ***
+        codec = self._modules.get("codec")
+        if codec is None or not recurse:
+            return super()._apply(fn, recurse)
+
+        def keep_dtype(tensor: torch.Tensor) -> torch.Tensor:
+            applied = fn(tensor)
+            if tensor.is_floating_point() and applied.dtype != tensor.dtype:
+                return tensor.to(device=applied.device)
+            return applied
+
+        self._modules["codec"] = None  # the language model first, without the codec (order of modules kept)
+        try:
+            super()._apply(fn, recurse)
+        finally:
+            self._modules["codec"] = codec
+        codec._apply(keep_dtype)
+        return self
+        # *** end Higgs v3 specific ***
+
     def _require_codec(self, purpose: str) -> HiggsAudioV3Codec:
         if self.codec is None:
             raise ValueError(
@@ -255,6 +287,35 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
         the waveform chunks); keyword arguments are the streamer's."""
         self._require_codec("Streaming audio")
         return HiggsAudioV3AudioStreamer(self, **kwargs)
+
+    # ------------------------------------------------------------------ long-form speech (thin delegates)
+    def synthesize_long(self, processor: HiggsAudioV3Processor, text: str, **kwargs) -> SpeechResult:
+        r"""Speak a text of any length with a stable voice: `longform_higgs_v3.synthesize_long(self, processor, text,
+        **kwargs)` (the text split into chunks, generated in batches, joined with pauses; the options are that
+        function's: `reference`, `reference_text`, `max_chars`, `pause_seconds`, `batch_size`, `seed`, `max_seconds`,
+        `progress` and generation options). Works from a Hub repo alone (the module ships as remote code).
+
+        ```python
+        >>> result = model.synthesize_long(processor, open("chapter.txt").read(), seed=0)  # doctest: +SKIP
+        >>> result.save("chapter.wav")  # doctest: +SKIP
+        ```
+        """
+        return _synthesize_long(self, processor, text, **kwargs)
+
+    def synthesize_dialogue(
+        self, processor: HiggsAudioV3Processor, script: str | list, voices: dict | None = None, **kwargs
+    ) -> SpeechResult:
+        r"""Speak a dialogue script (`[Name] text` lines, `DialogueLine`s or `(speaker, text)` pairs), each speaker
+        with their voice: `longform_higgs_v3.synthesize_dialogue(self, processor, script, voices, **kwargs)`
+        (options: `auto_voices`, `max_chars`, `pause_seconds`, `batch_size`, `seed`, `max_seconds`, `progress` and
+        generation options).
+
+        ```python
+        >>> result = model.synthesize_dialogue(processor, "[Ann] Hi!\n[Bob] Hello.", auto_voices=True)  # doctest: +SKIP
+        >>> [waveform for _, waveform in result.line_waveforms()]  # doctest: +SKIP
+        ```
+        """
+        return _synthesize_dialogue(self, processor, script, voices, **kwargs)
 
     # ------------------------------------------------------------------ input checks (prefill only)
     def _check_codes(self, codes: torch.Tensor, name: str) -> None:

@@ -52,6 +52,27 @@ LONG_PROMPT_TEXT_TOKENS: int = 1024
 trained on sentence-sized chunks and tends to run away or skip words on long ones; `synthesize_long` splits a long
 text into chunks (300 characters, about 100 tokens, by default)."""
 
+TTS_CHAT_TEMPLATE: str = (
+    "{#- Higgs Audio v3 TTS prompt (no ChatML, no system prompt): an optional reference turn (an audio item plus its "
+    "transcript as text), then the text to speak. The reference rows follow <|ref_audio|> as placeholders, which "
+    "the processor inserts when it tokenizes. -#}\n"
+    "{%- for message in messages -%}\n"
+    "{%- set content = [{'type': 'text', 'text': message['content']}] if message['content'] is string "
+    "else message['content'] -%}\n"
+    "{%- set text = content | selectattr('type', 'equalto', 'text') | map(attribute='text') | join('') -%}\n"
+    "{%- if loop.first %}{{- '<|tts|>' -}}{% endif -%}\n"
+    "{%- if content | selectattr('type', 'equalto', 'audio') | list -%}\n"
+    "{%- if text | trim %}{{- '<|ref_text|>' + text -}}{% endif -%}\n"
+    "{{- '<|ref_audio|>' -}}\n"
+    "{%- else -%}\n"
+    "{{- '<|text|>' + text + '<|audio|>' -}}\n"
+    "{%- endif -%}\n"
+    "{%- endfor -%}\n"
+)
+"""The chat template of a converted repo (`chat_template.jinja`): it renders the TTS prompt of a conversation as text
+(`apply_chat_template(..., tokenize=False)`), `<|ref_audio|>` standing for the reference rows. Tokenizing goes
+through the processor itself (`apply_chat_template(..., tokenize=True)` equals `processor(...)`)."""
+
 
 class HiggsAudioV3Processor(ProcessorMixin):
     r"""
@@ -62,7 +83,8 @@ class HiggsAudioV3Processor(ProcessorMixin):
     Args:
         tokenizer: the Higgs Audio v3 tokenizer (Qwen2 byte-level BPE plus the 84 added tokens). Prompt specials are
             looked up in it by string; its `padding_side` is set to "left".
-        chat_template: kept for `ProcessorMixin` compatibility (TTS prompts never use it).
+        chat_template: the template `apply_chat_template` renders with (defaults to `TTS_CHAT_TEMPLATE`; a template
+            that does not render TTS prompts, such as the original's ChatML, is replaced by it with a warning).
         num_codebooks (`int`, defaults to 8): codes per frame (`config.num_codebooks`).
         audio_boc_token_id (`int`, defaults to 1024): BOC code of the delay pattern; raw codec codes are below it.
         audio_eoc_token_id (`int`, defaults to 1025): EOC code of the delay pattern.
@@ -75,6 +97,9 @@ class HiggsAudioV3Processor(ProcessorMixin):
     Generation options go in `forward_params` (e.g. `{"seed": 0}`), processor options in `preprocess_params`; to
     clone a voice, encode it once with the model and pass it there:
     `pipe("Hello.", preprocess_params={"reference": pipe.model.encode_reference("ref.wav", text="Its transcript.")})`.
+    A chat (`pipe([{"role": "user", "content": "Hello."}])`) goes through `apply_chat_template`. With a model and a
+    processor already loaded, pass `pipeline("text-to-speech", model=model, processor=processor,
+    tokenizer=processor.tokenizer)`: transformers' factory cannot infer a tokenizer from a model object.
 
     Example:
 
@@ -120,7 +145,14 @@ class HiggsAudioV3Processor(ProcessorMixin):
         sampling_rate: int = HiggsAudioV3AudioSpec.sampling_rate,
         frame_rate: int = HiggsAudioV3AudioSpec.frame_rate,
     ):
-        super().__init__(tokenizer, chat_template=chat_template)
+        if chat_template is not None and "<|tts|>" not in chat_template:
+            # *** The original repo's ChatML template (an older conversion ships it) does not render TTS prompts. ***
+            logger.warning_once(
+                "The chat template given to HiggsAudioV3Processor does not render Higgs Audio v3 TTS prompts (no "
+                "<|tts|>; the original repo's ChatML template?); TTS_CHAT_TEMPLATE is used instead."
+            )
+            chat_template = None
+        super().__init__(tokenizer, chat_template=chat_template or TTS_CHAT_TEMPLATE)
         # Prompts are left padded; saying so on the tokenizer also makes `pipeline(..., batch_size=n)` pad correctly.
         self.tokenizer.padding_side = "left"
         # The settings are kept as attributes of their own names (`save_pretrained` writes them from there) and
@@ -521,6 +553,133 @@ class HiggsAudioV3Processor(ProcessorMixin):
         batch["audio_input_ids_mask"] = torch.stack([(torch.arange(num_rows) < r.shape[0]).long() for r in rows])
         return batch
 
+    # ------------------------------------------------------------------ chat template
+    def _conversation_request(self, messages, where: str) -> tuple[str, object, str | None]:
+        """`(text, reference, reference_text)` of one conversation: an optional reference turn (one message with one
+        `{"type": "audio", ...}` item, its text items the transcript), then the text to speak (the last message, text
+        only). Anything else raises a `ValueError` naming the message."""
+        if not isinstance(messages, (list, tuple)) or not messages:
+            raise ValueError(f"{where[:1].upper() + where[1:]} must be a non-empty list of messages, got {messages!r}.")
+        layout = (
+            'A TTS conversation is [{"role": "user", "content": [{"type": "audio", "audio": voice}, {"type": "text", '
+            '"text": its transcript}]} (optional reference turn), {"role": "user", "content": [{"type": "text", '
+            '"text": what to say}]}].'
+        )
+        if len(messages) > 2:
+            raise ValueError(f"{where[:1].upper() + where[1:]} has {len(messages)} messages; at most two. {layout}")
+        turns = []
+        for number, message in enumerate(messages):
+            here = f"message {number} of {where}"
+            content = message.get("content") if isinstance(message, dict) else None
+            if isinstance(message, dict) and message.get("role") == "system":
+                raise ValueError(f"{here[:1].upper() + here[1:]} is a system message; TTS prompts have none. {layout}")
+            if isinstance(content, str):
+                content = [{"type": "text", "text": content}]
+            if not isinstance(content, (list, tuple)) or not all(isinstance(item, dict) for item in content):
+                raise ValueError(f"{here[:1].upper() + here[1:]} has no list of content items. {layout}")
+            kinds = {item.get("type") for item in content} - {"text", "audio"}
+            if kinds:
+                raise ValueError(f"{here[:1].upper() + here[1:]} has content of type {sorted(map(str, kinds))}; "
+                                 f"only 'text' and 'audio' are accepted. {layout}")
+            audio = [item for item in content if item["type"] == "audio"]
+            text = "".join(str(item.get("text", "")) for item in content if item["type"] == "text")
+            turns.append((here, audio, text))
+        *context, (here, audio, text) = turns
+        if audio:
+            raise ValueError(f"{here[:1].upper() + here[1:]} (the last) holds audio; the last message is the text "
+                             f"to speak. {layout}")
+        if context and not context[0][1]:
+            raise ValueError(f"{context[0][0][:1].upper() + context[0][0][1:]} holds no audio; only a reference turn "
+                             f"may come before the text to speak. {layout}")
+        if not context:
+            return text, None, None
+        ref_where, (item, *more), transcript = context[0]
+        if more:
+            raise ValueError(f"{ref_where[:1].upper() + ref_where[1:]} holds {len(more) + 1} audio items; one "
+                             "reference per prompt.")
+        sources = [key for key in ("audio", "path", "url") if item.get(key) is not None]
+        if len(sources) != 1:
+            raise ValueError(f"The audio item of {ref_where} must have exactly one of 'audio', 'path' or 'url', got "
+                             f"{sorted(k for k in item if k != 'type')}.")
+        reference = item[sources[0]]
+        if sources[0] == "url":
+            raise ValueError(
+                f"The audio item of {ref_where} is a url ({reference!r}); the processor takes a voice "
+                "(model.encode_reference(clip, text=...), which reads files and arrays) or a saved voice file path."
+            )
+        return text, reference, transcript if transcript.strip() else None
+
+    def apply_chat_template(
+        self,
+        conversation: list[dict] | list[list[dict]],
+        chat_template: str | None = None,
+        tokenize: bool = False,
+        return_dict: bool = False,
+        return_tensors: str | None = "pt",
+        add_generation_prompt: bool = True,
+        processor_kwargs: dict | None = None,
+        **kwargs,
+    ) -> str | list[str] | torch.Tensor | BatchFeature:
+        r"""
+        The TTS prompt of a conversation (or a batch of conversations), as text or as the inputs of `generate`.
+
+        A conversation is an optional reference turn, then the text to speak:
+
+        ```python
+        >>> conversation = [
+        ...     {"role": "user", "content": [{"type": "audio", "audio": voice},  # or "path": "voice.safetensors"
+        ...                                  {"type": "text", "text": "What I say in the clip."}]},
+        ...     {"role": "user", "content": [{"type": "text", "text": "<|emotion:elation|>Hello there!"}]},
+        ... ]  # doctest: +SKIP
+        >>> inputs = processor.apply_chat_template(conversation, tokenize=True, return_dict=True)  # doctest: +SKIP
+        >>> out = model.generate(**inputs, return_dict_in_generate=True)  # doctest: +SKIP
+        ```
+
+        The reference is what `processor(reference=...)` takes: a voice (`model.encode_reference(clip, text=...)`,
+        the model owns the codec: audio clips and urls are encoded by it, never by the processor) or the path of a
+        saved voice file; the turn's text is its transcript (optional). `tokenize=True` gives exactly
+        `processor(text, reference=..., reference_text=...)`: with `return_dict=True` the `BatchFeature` that
+        `generate` takes (`input_ids`, `attention_mask`, `audio_input_ids` with a reference), else `input_ids` only.
+        `tokenize=False` renders the prompt with the chat template (`TTS_CHAT_TEMPLATE` unless another is given),
+        `<|ref_audio|>` standing for the reference rows. The prompt always ends with `<|audio|>`, where generation
+        starts, so `add_generation_prompt` changes nothing; `processor_kwargs` (which the text-to-speech pipeline
+        passes for chat inputs) must be empty: the conversation says everything.
+        """
+        if processor_kwargs:
+            kwargs["processor_kwargs"] = processor_kwargs
+        if kwargs:
+            raise ValueError(
+                f"apply_chat_template of a TTS processor does not take {sorted(kwargs)}; it takes conversation, "
+                "chat_template, tokenize, return_dict and return_tensors."
+            )
+        batched = isinstance(conversation, (list, tuple)) and bool(conversation) and isinstance(
+            conversation[0], (list, tuple)
+        )
+        conversations = list(conversation) if batched else [conversation]
+        requests = [
+            self._conversation_request(messages, f"conversation {i}" if batched else "the conversation")
+            for i, messages in enumerate(conversations)
+        ]
+        if tokenize:
+            texts, references, transcripts = (list(column) for column in zip(*requests))
+            inputs = self(
+                texts if batched else texts[0], reference=references if batched else references[0],
+                reference_text=transcripts if batched else transcripts[0], return_tensors=return_tensors,
+            )
+            return inputs if return_dict else inputs["input_ids"]
+        plain = []  # only the checked request reaches the template: no voice objects or arrays in the renderer
+        for i, (text, reference, transcript) in enumerate(requests):  # the same checks as when tokenizing
+            text = self.check_text(text, f"text {i}" if batched else "the text")
+            codes, transcript = self._reference(i, len(requests), reference, None, transcript)
+            turns = [{"role": "user", "content": [{"type": "text", "text": text}]}]
+            if codes is not None:  # a voice's own transcript is shown as it will be tokenized
+                content = [{"type": "audio"}] + ([{"type": "text", "text": transcript}] if transcript else [])
+                turns.insert(0, {"role": "user", "content": content})
+            plain.append(turns)
+        template = chat_template or self.chat_template or TTS_CHAT_TEMPLATE
+        prompts = [self.tokenizer.apply_chat_template(messages, chat_template=template, tokenize=False) for messages in plain]
+        return prompts if batched else prompts[0]
+
     # ------------------------------------------------------------------ thin delegates users reach for
     def save_audio(self, waveform: np.ndarray | torch.Tensor, path: str | os.PathLike, sampling_rate: int | None = None):
         """Write a mono waveform to `path` (format from the extension) at `sampling_rate` (default: the codec's)."""
@@ -546,3 +705,5 @@ HiggsAudioV3Processor.register_for_auto_class("AutoProcessor")
 
 
 __all__ = ["LONG_PROMPT_TEXT_TOKENS", "TAG_PATTERN", "HiggsAudioV3Processor"]
+
+__all__ = ["TAG_PATTERN", "TTS_CHAT_TEMPLATE", "HiggsAudioV3Processor"]

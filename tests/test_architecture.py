@@ -28,8 +28,9 @@ MAY_IMPORT: dict[str, set[str]] = {
     "sampling_higgs_v3": set(),
     "generation_higgs_v3": {"delay_higgs_v3", "sampling_higgs_v3"},
     "modeling_higgs_v3": {
-        "audio_io_higgs_v3", "codec_higgs_v3", "compat_higgs_v3", "configuration_higgs_v3", "delay_higgs_v3",
-        "generation_higgs_v3", "sampling_higgs_v3", "streaming_higgs_v3",
+        "audio_io_higgs_v3", "chunking_higgs_v3", "codec_higgs_v3", "compat_higgs_v3", "configuration_higgs_v3",
+        "delay_higgs_v3", "generation_higgs_v3", "longform_higgs_v3", "processing_higgs_v3", "sampling_higgs_v3",
+        "streaming_higgs_v3",
     },
     "processing_higgs_v3": {"audio_io_higgs_v3", "codec_higgs_v3", "delay_higgs_v3"},
     "chunking_higgs_v3": {"processing_higgs_v3"},
@@ -41,18 +42,18 @@ MAY_IMPORT: dict[str, set[str]] = {
     "output_folders_higgs_v3": set(),
     "convert_checkpoint": {
         "codec_higgs_v3", "configuration_higgs_v3", "converted_repo_higgs_v3", "export_higgs_v3", "modeling_higgs_v3",
-        "original_format_higgs_v3", "output_folders_higgs_v3", "verification_higgs_v3",
+        "original_format_higgs_v3", "output_folders_higgs_v3", "processing_higgs_v3", "verification_higgs_v3",
     },
     "export_higgs_v3": {
         "codec_higgs_v3", "configuration_higgs_v3", "converted_repo_higgs_v3", "original_format_higgs_v3",
     },
     "longform_higgs_v3": {
-        "audio_io_higgs_v3", "chunking_higgs_v3", "delay_higgs_v3", "generation_higgs_v3", "modeling_higgs_v3",
-        "processing_higgs_v3", "sampling_higgs_v3", "streaming_higgs_v3",
+        "audio_io_higgs_v3", "chunking_higgs_v3", "delay_higgs_v3", "generation_higgs_v3", "processing_higgs_v3",
+        "sampling_higgs_v3", "streaming_higgs_v3",
     },
     "model_sources_higgs_v3": {
-        "configuration_higgs_v3", "convert_checkpoint", "modeling_higgs_v3", "original_format_higgs_v3",
-        "processing_higgs_v3",
+        "configuration_higgs_v3", "convert_checkpoint", "converted_repo_higgs_v3", "modeling_higgs_v3",
+        "original_format_higgs_v3", "processing_higgs_v3",
         "tiny_higgs_v3",  # only inside the tiny-random demo model's builder, see below
     },
     "batch_higgs_v3": {
@@ -77,6 +78,7 @@ MAY_IMPORT: dict[str, set[str]] = {
 REMOTE_CODE = {
     "configuration_higgs_v3", "modeling_higgs_v3", "processing_higgs_v3", "audio_io_higgs_v3", "codec_higgs_v3",
     "compat_higgs_v3", "delay_higgs_v3", "generation_higgs_v3", "sampling_higgs_v3", "streaming_higgs_v3",
+    "longform_higgs_v3", "chunking_higgs_v3",
 }
 
 

@@ -485,6 +485,23 @@ def test_pipeline_voice_cloning_through_preprocess_params(tts_model, processor, 
         np.abs(plain["audio"] - result["audio"]).max() > 100 * TINY_CODEC_TOLERANCE)
 
 
+def test_pipeline_takes_a_chat_and_refuses_prompts_without_the_processor(tts_model, processor, pipe):
+    """A chat input goes through `processor.apply_chat_template`; a pipeline given the tokenizer alone (so plain
+    tokenizer output, without `<|tts|>` ... `<|audio|>`) is refused by `generate`, which names the processor."""
+    from transformers import pipeline
+
+    chat = [{"role": "user", "content": [{"type": "text", "text": "Hello there."}]}]
+    result = pipe(chat, forward_params={"seed": 12, "max_new_tokens": MAX_ROWS})
+    direct = tts_model.generate(**processor("Hello there."), seed=12, max_new_tokens=MAX_ROWS, return_dict_in_generate=True)
+    assert np.array_equal(result["audio"], direct.audio[0].numpy())
+    tokenizer_only = pipeline("text-to-speech", model=tts_model, tokenizer=processor.tokenizer)
+    with pytest.raises(ValueError, match=re.escape(
+        "input_ids row(s) [0] are not Higgs Audio v3 speech prompts (<|tts|> ... <|text|> TEXT <|audio|>, left "
+        "padded); plain tokenizer output would generate sound without a word. Build the inputs with "
+        "HiggsAudioV3Processor")):
+        tokenizer_only("Hello there.", forward_params={"seed": 12, "max_new_tokens": MAX_ROWS})
+
+
 @pytest.mark.integration
 def test_pipeline_from_a_saved_repo_in_subprocess(processor, tmp_path):
     """The user route: `pipeline("text-to-speech", model=repo, trust_remote_code=True)` in a fresh process."""

@@ -237,8 +237,12 @@ ERROR_CASES = {
 }
 SLOW_ERROR_CASES = {
     "unreachable hub model": (["speak", "Hello", "--model", "someone/no-such-model"],
-                              "higgs-v3: error: Unknown model 'someone/no-such-model': not 'tiny-random' nor a local "
-                              "folder, and the Hub repo could not be reached ("),
+                              "higgs-v3: error: Cannot load model 'someone/no-such-model': HF_HUB_OFFLINE is set, and it "
+                              "is not in the local Hugging Face cache. Connect and run again, or give a local folder "
+                              "with --model (or 'tiny-random' for the demo model)."),
+    "default model offline": (["speak", "Hello", "--model", "bosonai/higgs-audio-v3-tts-4b"],
+                              "higgs-v3: error: Cannot load the default model 'bosonai/higgs-audio-v3-tts-4b': "
+                              "HF_HUB_OFFLINE is set, and it is not in the local Hugging Face cache."),
     "missing reference": (["speak", "Hello", "--model", "tiny-random", "--ref-audio", "missing.wav"],
                           "higgs-v3: error: Reference audio file 'missing.wav' does not exist."),
     "unreadable reference": (["speak", "Hello", "--model", "tiny-random", "--ref-audio", "fake.wav"],
@@ -496,3 +500,31 @@ def test_readme_commands_run_as_written(cache, tmp_path, monkeypatch, capsys):
         captured = capsys.readouterr()
         assert code == 0, (args, captured.err)
         assert "Traceback" not in captured.err
+
+
+def test_an_unreachable_hub_gives_one_line_quickly(in_process, monkeypatch):
+    """Online mode but no answer from the Hub: one short probe (no retry storm), then the local cache only, and one
+    line naming the default model as such."""
+    import time
+
+    import huggingface_hub
+    import huggingface_hub.constants
+
+    from higgs_v3 import converted_repo_higgs_v3
+
+    probes = []
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    for key in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setattr(converted_repo_higgs_v3, "_can_connect", lambda *args: probes.append(args) or False)
+    downloads, download = [], huggingface_hub.hf_hub_download
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda *a, **k: downloads.append(k) or download(*a, **k))
+    began = time.perf_counter()
+    code, out, err = in_process("speak", "Hello", "--model", "bosonai/higgs-audio-v3-tts-4b")
+    assert time.perf_counter() - began < 20 and probes == [("huggingface.co", 443, 3.0)]
+    assert downloads == [{"local_files_only": True}]  # the cache only: no request, so no retries
+    assert (code, out) == (2, "")
+    assert err == ("higgs-v3: error: Cannot load the default model 'bosonai/higgs-audio-v3-tts-4b': the Hub "
+                   "(https://huggingface.co) did not answer within 3 s, and it is not in the local Hugging Face cache. "
+                   "Connect and run again, or give a local folder with --model (or 'tiny-random' for the demo model).\n")
+

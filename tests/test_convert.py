@@ -40,6 +40,7 @@ from higgs_v3.delay_higgs_v3 import apply_delay_pattern
 from higgs_v3.generation_higgs_v3 import MAX_NEW_TOKENS, default_generation_config
 from higgs_v3.modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
 from higgs_v3.original_format_higgs_v3 import original_config, original_lm_shapes, read_original
+from higgs_v3.processing_higgs_v3 import TTS_CHAT_TEMPLATE, HiggsAudioV3Processor
 from higgs_v3.tiny_higgs_v3 import tiny_codec_config, write_codec_config_file, write_tiny_original_checkpoint
 
 
@@ -101,6 +102,29 @@ def converted(original, tmp_path_factory) -> tuple[Path, str]:
     return output, printed
 
 
+def _hub_online(patch: pytest.MonkeyPatch, calls: list, token: str | None = "hf_token", whoami=None) -> None:
+    """The Hub as `--push-to-hub` sees it, without a network: online (the probe connects), `token` stored, and
+    `HfApi.whoami` answering (recorded in `calls`) or raising `whoami`."""
+    import huggingface_hub
+    import huggingface_hub.constants
+
+    import higgs_v3.converted_repo_higgs_v3 as converted_repo
+
+    patch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    for key in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        patch.delenv(key, raising=False)
+    patch.setattr(converted_repo, "_can_connect", lambda *args: True)
+    patch.setattr(huggingface_hub, "get_token", lambda: token)
+
+    def answer(self):
+        calls.append(("whoami", {}))
+        if whoami is not None:
+            raise whoami
+        return {"name": "someone"}
+
+    patch.setattr(HfApi, "whoami", answer)
+
+
 @pytest.fixture(scope="module")
 def pushed(original, tmp_path_factory) -> tuple[Path, str, list]:
     """A second conversion through the command line, over an existing output (`--overwrite`) and pushed to the Hub
@@ -119,6 +143,7 @@ def pushed(original, tmp_path_factory) -> tuple[Path, str, list]:
         return type("CommitInfo", (), {"commit_url": f"https://huggingface.co/{kwargs['repo_id']}/commit/abc"})()
 
     with pytest.MonkeyPatch.context() as patch:
+        _hub_online(patch, calls)
         patch.setattr(HfApi, "create_repo", create_repo)
         patch.setattr(HfApi, "upload_folder", upload_folder)
         code, printed = _run_main(["--input", str(original), "--output", str(output), "--no-verify", "--overwrite",
@@ -185,7 +210,6 @@ def test_converted_config_and_generation_config(converted):
     assert config["auto_map"] == {
         "AutoConfig": "configuration_higgs_v3.HiggsAudioV3Config",
         "AutoModel": "modeling_higgs_v3.HiggsAudioV3ForConditionalGeneration",
-        "AutoModelForTextToSpectrogram": "modeling_higgs_v3.HiggsAudioV3ForConditionalGeneration",
         "AutoModelForTextToWaveform": "modeling_higgs_v3.HiggsAudioV3ForConditionalGeneration",
     }
     assert config["codec_config"] == tiny_codec_config()  # from the input folder's codec config file
@@ -214,8 +238,11 @@ def test_converted_config_and_generation_config(converted):
 
 def test_tokenizer_processor_code_and_card(original, converted):
     output, _ = converted
-    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "LICENSE"):
+    for name in ("tokenizer.json", "tokenizer_config.json", "LICENSE"):
         assert (output / name).read_bytes() == (original / name).read_bytes(), name
+    # The TTS chat template in place of the original's ChatML (which renders no TTS prompt).
+    assert "<|im_start|>" in (original / "chat_template.jinja").read_text()
+    assert (output / "chat_template.jinja").read_text(encoding="utf-8") == TTS_CHAT_TEMPLATE
     for path in remote_code_files():
         assert (output / path.name).read_bytes() == path.read_bytes(), path.name
     with open(output / "processor_config.json") as f:
@@ -850,12 +877,70 @@ def test_verification_catches_a_wrong_mapping(original, tmp_path, monkeypatch):
 def test_push_to_hub_uploads_the_folder_in_one_commit(pushed):
     output, printed, calls = pushed
     assert f"Pushed to https://huggingface.co/{REPO_ID}/commit/abc" in printed
-    assert [name for name, _ in calls] == ["create_repo", "upload_folder"]
-    assert calls[0][1] == {"repo_id": REPO_ID, "repo_type": "model", "private": True, "exist_ok": True}
-    upload = calls[1][1]
+    assert [name for name, _ in calls] == ["whoami", "create_repo", "upload_folder"]
+    assert calls[1][1] == {"repo_id": REPO_ID, "repo_type": "model", "private": True, "exist_ok": True}
+    upload = calls[2][1]
     assert (upload["repo_id"], upload["repo_type"], Path(upload["folder_path"])) == (REPO_ID, "model", output)
     assert upload["files"] == _expected_files()
     assert f'AutoModel.from_pretrained("{REPO_ID}", trust_remote_code=True' in (output / "README.md").read_text()
+
+
+@pytest.mark.parametrize("case", ["offline", "unreachable", "no login", "bad token"])
+def test_push_to_hub_checks_the_hub_and_the_login_before_converting(original, tmp_path, monkeypatch, capsys, case):
+    import huggingface_hub.constants
+
+    import higgs_v3.converted_repo_higgs_v3 as converted_repo
+
+    calls = []
+    _hub_online(monkeypatch, calls, token=None if case == "no login" else "hf_token",
+                whoami=OSError("401 Client Error: Unauthorized\nmore") if case == "bad token" else None)
+    if case == "offline":
+        monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    if case == "unreachable":
+        monkeypatch.setattr(converted_repo, "_can_connect", lambda *args: False)
+    monkeypatch.setattr(cc, "read_original", lambda *args: pytest.fail("converted before checking the Hub"))
+    code, printed = _run_main(["--input", str(original), "--output", str(tmp_path / "out"), "--push-to-hub", REPO_ID])
+    assert (code, printed) == (1, "")
+    assert not (tmp_path / "out").exists()
+    expected = {
+        "offline": f"error: --push-to-hub {REPO_ID} needs the Hub, but HF_HUB_OFFLINE is set; nothing was converted. "
+                   "Connect and run again, or convert without --push-to-hub and upload the folder later.",
+        "unreachable": f"error: --push-to-hub {REPO_ID} needs the Hub, but the Hub (https://huggingface.co) did not "
+                       "answer within 3 s; nothing was converted.",
+        "no login": f"error: --push-to-hub {REPO_ID} needs a Hugging Face login, and there is none; nothing was "
+                    "converted. Run `hf auth login` (or set HF_TOKEN) and run again.",
+        "bad token": f"error: --push-to-hub {REPO_ID}: the Hub refused the login check (401 Client Error: "
+                     "Unauthorized); nothing was converted. Run `hf auth login` (or set HF_TOKEN) and run again.",
+    }[case]
+    err = capsys.readouterr().err
+    assert err.startswith(expected) and len(err.splitlines()) == 1, err
+
+
+def test_a_failed_upload_prints_the_summary_and_how_to_upload_later(original, converted, tmp_path, monkeypatch, capsys):
+    calls = []
+    _hub_online(monkeypatch, calls)
+    monkeypatch.setattr(HfApi, "create_repo", lambda self, **kwargs: None)
+
+    def upload_folder(self, **kwargs):
+        raise ConnectionError("Connection reset by peer\n(and 70 more lines)")
+
+    monkeypatch.setattr(HfApi, "upload_folder", upload_folder)
+    output = tmp_path / "out"
+    code, printed = _run_main(["--input", str(original), "--output", str(output), "--no-verify", "--push-to-hub",
+                               REPO_ID])
+    assert code == 1
+    first, first_printed = converted  # the same conversion without a push: the same summary
+    assert printed == first_printed.replace(str(first), str(output)) and "Not verified (--no-verify)." in printed
+    err = capsys.readouterr().err
+    assert err == (
+        f"error: The upload to {REPO_ID} failed (Connection reset by peer). The converted folder {str(output)!r} is "
+        f"complete; upload it later with `hf upload {REPO_ID} {output} .` or, in Python, "
+        f"higgs_v3.converted_repo_higgs_v3.push_folder_to_hub({str(output)!r}, {REPO_ID!r}).\n"
+    )
+    check_output_folder(output)  # complete, as the message says
+    with pytest.raises(cc.PushError) as error:
+        convert(original, tmp_path / "again", verify=False, push_to_hub=REPO_ID)
+    assert error.value.result.output_dir == tmp_path / "again" and error.value.result.pushed_to is None
 
 
 def test_push_refuses_an_incomplete_folder(converted, tmp_path, monkeypatch):
@@ -895,6 +980,39 @@ def test_from_original_converts_once_into_a_cache(original, converted, tmp_path,
     with torch.no_grad():
         assert torch.equal(model(input_ids=ids).logits, again(input_ids=ids).logits)
     assert cc.converted_path(original, tmp_path / "cache") == cached[0]
+    # The pair: the model and the processor of the same converted folder.
+    pair_model, processor = cc.from_original(original, cache_dir=tmp_path / "cache", verify=False, with_processor=True)
+    assert len(calls) == 1 and type(processor).__name__ == "HiggsAudioV3Processor"
+    expected = HiggsAudioV3Processor.from_pretrained(cached[0])("Hello there.")
+    assert torch.equal(processor("Hello there.")["input_ids"], expected["input_ids"])
+    processor.check_model_config(pair_model.config)
+
+
+def test_auto_classes_on_an_original_folder_point_to_from_original(original):
+    """The original repo has no processor and no `auto_map`: instead of a plain tokenizer (no TTS prompts),
+    `AutoProcessor` raises an error that names `from_original` (once the converter module is imported), and so do
+    `AutoModel` / `AutoModelForTextToWaveform`; `AutoTokenizer` still reads the tokenizer."""
+    from transformers import AutoTokenizer
+
+    with pytest.raises(ValueError) as error:
+        AutoProcessor.from_pretrained(original)
+    assert str(error.value) == (
+        f"{str(original)!r} is an original Higgs Audio v3 checkpoint, which has no processor: load it with `model, "
+        f"processor = higgs_v3.from_original({str(original)!r}, with_processor=True)` (converted once into a local "
+        "cache), or convert it with convert_checkpoint.py and load the converted folder."
+    )
+    assert type(AutoTokenizer.from_pretrained(original)).__name__ in ("Qwen2Tokenizer", "Qwen2TokenizerFast")
+    from transformers import AutoModelForTextToWaveform
+
+    for auto_class in (AutoModel, AutoModelForTextToWaveform):  # the same advice, not a list of every config class
+        with pytest.raises(ValueError) as error:
+            auto_class.from_pretrained(original)
+        assert str(error.value) == (
+            f"{str(original)!r} is an original Higgs Audio v3 checkpoint, which has no model code for transformers "
+            f"(no auto_map): load it with `model, processor = higgs_v3.from_original({str(original)!r}, "
+            "with_processor=True)` (converted once into a local cache), or convert it with convert_checkpoint.py and "
+            "load the converted folder."
+        )
 
 
 def test_the_codec_config_is_part_of_the_cache_key(original, tmp_path, monkeypatch):

@@ -384,3 +384,42 @@ def test_text_eos_check_is_dropped_from_audio_generation(model):
     assert ours in criteria and not any(isinstance(c, EosTokenCriteria) for c in criteria)
     text_only = model._get_stopping_criteria(generation_config=config, stopping_criteria=StoppingCriteriaList())
     assert any(isinstance(c, EosTokenCriteria) for c in text_only)  # untouched outside audio generation
+
+
+def test_generate_refuses_input_ids_that_are_not_speech_prompts(model):
+    """Plain tokenizer output (no `<|tts|>` ... `<|audio|>`) would generate sound without a word: `generate` refuses
+    it up front, naming the rows and the processor; a left-padded batch of real prompts passes."""
+    tts, text, audio, pad = 151667, 151672, 151670, 151643
+    good = [tts, text, 9707, audio]
+    cases = {
+        "no markers": ([[9707, 11, 1879, 13]], None, [0]),
+        "no <|audio|> at the end": ([good, [tts, text, 9707, 13]], None, [1]),
+        "no <|text|>": ([[tts, 9707, 13, audio]], None, [0]),
+        "right padded": ([good + [pad]], [[1, 1, 1, 1, 0]], [0]),
+        "padding not masked": ([[pad] + good], [[1, 1, 1, 1, 1]], [0]),
+    }
+    for name, (ids, mask, rows) in cases.items():
+        kwargs = {} if mask is None else {"attention_mask": torch.tensor(mask)}
+        with pytest.raises(ValueError) as error:
+            model.generate(input_ids=torch.tensor(ids), max_new_tokens=9, **kwargs)
+        assert str(error.value).startswith(
+            f"input_ids row(s) {rows} are not Higgs Audio v3 speech prompts (<|tts|> ... <|text|> TEXT <|audio|>, "
+            "left padded); plain tokenizer output would generate sound without a word. Build the inputs with "
+            "HiggsAudioV3Processor: processor(text) or processor.apply_chat_template("), name
+    rows = model.generate(input_ids=torch.tensor([[pad] + good, [tts, text, 9707, 13, audio]]),
+                          attention_mask=torch.tensor([[0, 1, 1, 1, 1], [1] * 5]), max_new_tokens=9, do_sample=False)
+    assert rows.shape == (2, 9, NUM_CODEBOOKS)
+
+
+def test_monitor_progress_shows_a_bar_of_rows_and_changes_nothing(model, capsys):
+    """`monitor_progress=True` draws a tqdm bar (rows out of max_new_tokens) on stderr; off by default; the rows are
+    those of a run without it."""
+    inputs = dict(input_ids=torch.tensor([[151667, 151672, 9707, 151670]]), max_new_tokens=9, do_sample=False)
+    plain = model.generate(**inputs)
+    assert "Generating audio rows" not in capsys.readouterr().err
+    shown = model.generate(**inputs, monitor_progress=True)
+    err = capsys.readouterr().err
+    assert torch.equal(shown, plain)
+    assert "Generating audio rows" in err and re.search(r"\b9/9 \[", err), err
+    sampled = model.generate(**{**inputs, "do_sample": True}, seed=3, monitor_progress=True)
+    assert torch.equal(sampled, model.generate(**{**inputs, "do_sample": True}, seed=3))

@@ -546,40 +546,86 @@ def test_the_other_model_with_the_installed_processor_and_other_dialogue_lines(t
     assert torch.equal(result.voices["Bob"].codes, voice.codes)
 
 
+# A fresh interpreter that cannot import this package: `-I -S` (no PYTHONPATH, no user site, no `site` module, so no
+# `.pth` file runs and the editable install's finder is never installed), with site-packages put back by hand.
+WITHOUT_THE_PACKAGE = """
+import importlib.util, json, sys
+sys.path[:0] = json.loads(sys.argv[1])
+assert importlib.util.find_spec("higgs_v3") is None, "the higgs_v3 package is importable"
+"""
+
+
 @pytest.mark.integration
-def test_readme_notebook_flow_with_remote_code(tmp_path):
-    """In a fresh process, as the README's notebook does: `AutoModel` / `AutoProcessor` with `trust_remote_code=True`
-    (classes from `transformers_modules...`) and `synthesize_long` / `synthesize_dialogue` from the installed package,
-    with voices from the first chunk, from `model.encode_reference` and from voice files."""
+def test_long_form_and_dialogue_from_the_hub_repo_alone(tmp_path):
+    """In a fresh process that cannot import the `higgs_v3` package (transformers and torch only), as a user with the
+    Hub repo alone: `AutoModel` / `AutoProcessor` with `trust_remote_code=True`, then `model.synthesize_long` over
+    several chunks (voices from the first chunk, from `model.encode_reference`, from a voice file and from a clip) and
+    `model.synthesize_dialogue`. The repo is loaded under a plain name, as transformers 5.5 copies it (entry modules'
+    direct imports only)."""
+    import site
+
     from higgs_v3.tiny_higgs_v3 import make_tiny_random_model
 
     repo = make_tiny_random_model(tmp_path / "repo")
     save_audio(torch.sin(torch.arange(SR) / 5.0) * 0.3, tmp_path / "me.wav", SR)
-    script = textwrap.dedent('''
-        import sys
+    script = WITHOUT_THE_PACKAGE + textwrap.dedent('''
+        import torch
         from transformers import AutoModel, AutoProcessor
-        from higgs_v3 import synthesize_dialogue, synthesize_long
 
-        repo, clip, voice_file = sys.argv[1:]
+        repo, clip, voice_file = sys.argv[2:]
         model = AutoModel.from_pretrained(repo, trust_remote_code=True)
         processor = AutoProcessor.from_pretrained(repo, trust_remote_code=True)
         assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
-        assert type(processor).__module__.startswith("transformers_modules"), type(processor).__module__
+        assert not [name for name in sys.modules if name.split(".")[0] == "higgs_v3"]
         options = dict(max_chars=6, seed=0, max_seconds=0.12)
-        assert len(synthesize_long(model, processor, "One. Two. Three.", **options).chunks) == 3
+        result = model.synthesize_long(processor, "One. Two. Three.", **options)
+        assert [chunk.text for chunk in result.chunks] == ["One.", "Two.", "Three."], result.chunks
+        assert type(result).__module__.startswith("transformers_modules"), type(result).__module__
+        again = model.synthesize_long(processor, "One. Two. Three.", batch_size=1, **options)
+        assert [c.codes.tolist() for c in again.chunks] == [c.codes.tolist() for c in result.chunks]
         voice = model.encode_reference(clip, text="What I say in it.")
         voice.save(voice_file)
         for reference in (voice, voice_file, clip):
-            synthesize_long(model, processor, "One. Two.", reference=reference, **options)
+            spoken = model.synthesize_long(processor, "One. Two.", reference=reference, **options)
+            assert len(spoken.chunks) == 2 and spoken.voice.num_frames == 25, reference
         script = "[Ann] Hi.\\n[Bob] Hello.\\n[Ann] Bye."
-        result = synthesize_dialogue(model, processor, script, {"Ann": voice_file}, auto_voices=True, **options)
-        assert [chunk.speaker for chunk in result.chunks] == ["Ann", "Bob", "Ann"]
+        dialogue = model.synthesize_dialogue(processor, script, {"Ann": voice_file}, auto_voices=True, **options)
+        assert [chunk.speaker for chunk in dialogue.chunks] == ["Ann", "Bob", "Ann"]
+        assert dialogue.voices["Ann"].text == "What I say in it."
+        assert len(dialogue.line_waveforms()) == 3
+        conversation = [{"role": "user", "content": [{"type": "audio", "audio": voice}]},
+                        {"role": "user", "content": [{"type": "text", "text": "Hi."}]}]
+        shown = processor.apply_chat_template(conversation)
+        assert shown == "<|tts|><|ref_text|>What I say in it.<|ref_audio|><|text|>Hi.<|audio|>", shown
+        inputs = processor.apply_chat_template(conversation, tokenize=True, return_dict=True)
+        expected = processor("Hi.", reference=voice)
+        assert all(torch.equal(inputs[key], expected[key]) for key in expected) and set(inputs) == set(expected)
+        out = model.generate(**inputs, seed=0, max_new_tokens=12, return_dict_in_generate=True)
+        assert out.audio[0].numel() > 0
         print("ok")
     ''')
-    environment = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}
-    done = subprocess.run([sys.executable, "-c", script, str(repo), str(tmp_path / "me.wav"), str(tmp_path / "me.json")],
-                          capture_output=True, text=True, timeout=600, env=environment, cwd=tmp_path)
+    environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    environment.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf_home"))
+    paths = json.dumps(site.getsitepackages())
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", script, paths, str(repo), str(tmp_path / "me.wav"), str(tmp_path / "me.json")],
+        capture_output=True, text=True, timeout=600, env=environment, cwd=tmp_path,
+    )
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+
+
+def test_the_isolated_interpreter_cannot_import_the_package(tmp_path):
+    """The isolation of the test above, checked on its own: the same interpreter flags and path see no `higgs_v3`,
+    while a plain interpreter (with the editable install or PYTHONPATH) does."""
+    import site
+
+    environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    paths = json.dumps(site.getsitepackages())
+    isolated = subprocess.run([sys.executable, "-I", "-S", "-c", WITHOUT_THE_PACKAGE,
+                               paths], capture_output=True, text=True, env=environment, cwd=tmp_path)
+    assert isolated.returncode == 0, isolated.stderr[-2000:]
+    plain = subprocess.run([sys.executable, "-c", WITHOUT_THE_PACKAGE, paths], capture_output=True, text=True, cwd=tmp_path)
+    assert "the higgs_v3 package is importable" in plain.stderr
 
 
 def test_a_runaway_chunk_gives_a_voice_of_at_most_the_reference_limit():

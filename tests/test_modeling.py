@@ -252,3 +252,59 @@ def test_save_then_load_with_remote_code_in_fresh_process(saved, tmp_path, dtype
     """)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip().endswith("OK")
+
+
+def test_auto_map_holds_only_the_classes_that_fit(tmp_path):
+    """No `AutoModelForTextToSpectrogram` (the pipeline would treat the model as a spectrogram model and fetch a
+    vocoder); a config written by an earlier conversion with it loses it when loaded, so a re-save drops it."""
+    from higgs_v3.configuration_higgs_v3 import AUTO_MAP, HiggsAudioV3Config
+
+    expected = {
+        "AutoConfig": "configuration_higgs_v3.HiggsAudioV3Config",
+        "AutoModel": "modeling_higgs_v3.HiggsAudioV3ForConditionalGeneration",
+        "AutoModelForTextToWaveform": "modeling_higgs_v3.HiggsAudioV3ForConditionalGeneration",
+    }
+    assert AUTO_MAP == expected
+    old = HiggsAudioV3Config(num_hidden_layers=1).to_dict()
+    old["auto_map"] = {**expected, "AutoModelForTextToSpectrogram": expected["AutoModel"]}
+    (tmp_path / "config.json").write_text(json.dumps(old))
+    loaded = HiggsAudioV3Config.from_pretrained(tmp_path)
+    assert loaded.auto_map == expected
+    loaded.save_pretrained(tmp_path / "again")
+    assert json.loads((tmp_path / "again" / "config.json").read_text())["auto_map"] == expected
+
+
+def test_the_codec_stays_float32_when_the_model_is_cast(tmp_path):
+    """`model.to(torch.bfloat16)`, `half()` and `bfloat16()` cast the language model only: the codec keeps its float32
+    weights bit for bit (never rounded through half precision), the module order and the head tying are kept, and the
+    cast model still makes float32 audio. The command line's `--dtype auto` is float32 on a CPU."""
+    from higgs_v3 import tiny_higgs_v3
+    from higgs_v3.model_sources_higgs_v3 import auto_dtype, load_model
+
+    torch.manual_seed(0)
+    model = HiggsAudioV3ForConditionalGeneration(tiny_higgs_v3.tiny_config()).eval()
+    names = list(model.state_dict())
+    codec = {name: value.clone() for name, value in model.codec.state_dict().items()}
+    for cast in (lambda m: m.to(torch.bfloat16), lambda m: m.half(), lambda m: m.bfloat16(),
+                 lambda m: m.to("cpu", torch.float16)):
+        model = cast(model)
+        assert model.audio_embed.weight.dtype in (torch.bfloat16, torch.float16)
+        assert model.model.layers[0].mlp.up_proj.weight.dtype == model.audio_embed.weight.dtype
+        assert {p.dtype for p in model.codec.parameters()} == {torch.float32}
+        assert all(torch.equal(codec[name], value) for name, value in model.codec.state_dict().items())
+        assert list(model.state_dict()) == names and model.audio_head.weight is model.audio_embed.weight
+    model = model.to(torch.bfloat16)
+    out = model.generate(input_ids=torch.tensor([[151667, 151672, 9707, 151670]]), max_new_tokens=10, seed=0,
+                         return_dict_in_generate=True)
+    assert out.audio[0].dtype == torch.float32 and out.audio[0].numel() > 0
+    model.float()
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    # --dtype auto: float32 on a CPU (also for a checkpoint saved in bfloat16), bfloat16 on CUDA.
+    assert (auto_dtype(torch.device("cpu")), auto_dtype(torch.device("cuda", 0)), auto_dtype(torch.device("mps"))) == (
+        "float32", "bfloat16", "float32")
+    model.to(torch.bfloat16).save_pretrained(tmp_path / "bf16")
+    loaded = load_model(tmp_path / "bf16", "cpu", "auto")
+    assert loaded.audio_embed.weight.dtype == torch.float32
+    asked = load_model(tmp_path / "bf16", "cpu", "bfloat16")
+    assert asked.audio_embed.weight.dtype == torch.bfloat16
+    assert {p.dtype for p in asked.codec.parameters()} == {torch.float32}

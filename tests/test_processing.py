@@ -518,3 +518,113 @@ def test_processor_save_load_in_subprocess(tokenizer, tmp_path):
     assert loaded["input_ids"] == here["input_ids"].tolist()
     assert loaded["attention_mask"] == here["attention_mask"].tolist()
     assert loaded["audio_input_ids"] == here["audio_input_ids"].tolist()
+
+
+# ---------------------------------------------------------------------------------------------- chat template
+def _turn(*items) -> dict:
+    return {"role": "user", "content": list(items)}
+
+
+def _text(text: str) -> dict:
+    return {"type": "text", "text": text}
+
+
+def _placeholders_after_ref_audio(tokenizer, prompt: str, rows: int) -> list[int]:
+    """The ids of a rendered prompt: the whole string tokenized at once, `rows` placeholders after `<|ref_audio|>`."""
+    ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+    ref_audio = tokenizer.convert_tokens_to_ids("<|ref_audio|>")
+    if ref_audio in ids:
+        at = ids.index(ref_audio) + 1
+        ids = ids[:at] + [-100] * rows + ids[at:]
+    return ids
+
+
+def test_chat_template_renders_and_tokenizes_the_tts_prompt(processor, tokenizer, tmp_path):
+    voice = HiggsAudioV3Voice(codes=random_codes(3, seed=1))
+    said = HiggsAudioV3Voice(codes=random_codes(2, seed=2), text="Said.")
+    voice_file = said.save(tmp_path / "said.safetensors")
+    cases = [  # (conversation, the same request to processor(...), rendered prompt, reference rows)
+        ([_turn(_text("Hello <|sfx:laughter|>haha."))], dict(text="Hello <|sfx:laughter|>haha."),
+         "<|tts|><|text|>Hello <|sfx:laughter|>haha.<|audio|>", 0),
+        ([{"role": "user", "content": "Plain string."}], dict(text="Plain string."),
+         "<|tts|><|text|>Plain string.<|audio|>", 0),
+        ([_turn({"type": "audio", "audio": voice}), _turn(_text("Hi."))], dict(text="Hi.", reference=voice),
+         "<|tts|><|ref_audio|><|text|>Hi.<|audio|>", 3 + C - 1),
+        ([_turn({"type": "audio", "audio": voice}, _text("The clip.")), _turn(_text("Hi."))],
+         dict(text="Hi.", reference=voice, reference_text="The clip."),
+         "<|tts|><|ref_text|>The clip.<|ref_audio|><|text|>Hi.<|audio|>", 3 + C - 1),
+        ([{"role": "assistant", "content": [{"type": "audio", "path": str(voice_file)}]}, _turn(_text("Bye."))],
+         dict(text="Bye.", reference=str(voice_file)), "<|tts|><|ref_text|>Said.<|ref_audio|><|text|>Bye.<|audio|>",
+         2 + C - 1),
+    ]
+    for conversation, request, rendered, rows in cases:
+        inputs = processor.apply_chat_template(conversation, tokenize=True, return_dict=True)
+        expected = processor(**request)
+        assert set(inputs) == set(expected), rendered
+        for key in expected:
+            assert torch.equal(inputs[key], expected[key]), (rendered, key)
+        assert torch.equal(processor.apply_chat_template(conversation, tokenize=True), expected["input_ids"])
+        shown = processor.apply_chat_template(conversation)  # a voice's own transcript is shown too
+        assert shown == rendered, shown
+        # The template and the processor build the same layout.
+        assert inputs["input_ids"][0].tolist() == _placeholders_after_ref_audio(tokenizer, shown, rows)
+    # A batch of conversations: one row each, left padded, references per row.
+    batch = [cases[3][0], cases[0][0]]
+    inputs = processor.apply_chat_template(batch, tokenize=True, return_dict=True)
+    expected = processor(["Hi.", "Hello <|sfx:laughter|>haha."], reference=[voice, None],
+                         reference_text=["The clip.", None])
+    for key in expected:
+        assert torch.equal(inputs[key], expected[key]), key
+    assert processor.apply_chat_template(batch) == [cases[3][2], cases[0][2]]
+
+
+def test_chat_template_refusals(processor, tmp_path):
+    voice = HiggsAudioV3Voice(codes=random_codes(3, seed=1))
+    layout = 'A TTS conversation is [{"role": "user", "content": [{"type": "audio", "audio": voice}'
+    cases = [
+        ([{"role": "system", "content": "Be nice."}, _turn(_text("Hi."))], "Message 0 of the conversation is a system "
+         "message; TTS prompts have none."),
+        ([_turn(_text("Hi."), {"type": "audio", "audio": voice})], "Message 0 of the conversation (the last) holds "
+         "audio; the last message is the text to speak."),
+        ([_turn(_text("Before.")), _turn(_text("Hi."))], "Message 0 of the conversation holds no audio; only a "
+         "reference turn may come before the text to speak."),
+        ([_turn({"type": "audio", "audio": voice}, {"type": "audio", "audio": voice}), _turn(_text("Hi."))],
+         "Message 0 of the conversation holds 2 audio items; one reference per prompt."),
+        ([_turn({"type": "audio", "url": "https://x/y.wav"}), _turn(_text("Hi."))], "The audio item of message 0 of "
+         "the conversation is a url ('https://x/y.wav'); the processor takes a voice (model.encode_reference(clip, "
+         "text=...), which reads files and arrays) or a saved voice file path."),
+        ([_turn({"type": "audio"}), _turn(_text("Hi."))], "The audio item of message 0 of the conversation must have "
+         "exactly one of 'audio', 'path' or 'url', got []."),
+        ([_turn({"type": "image", "url": "x.png"}), _turn(_text("Hi."))], "Message 0 of the conversation has content "
+         "of type ['image']; only 'text' and 'audio' are accepted."),
+        ([_turn(_text("a")), _turn(_text("b")), _turn(_text("c"))], "The conversation has 3 messages; at most two."),
+        ([_turn({"type": "audio", "path": str(tmp_path / "me.wav")}), _turn(_text("Hi."))],
+         f"The reference is the path {str(tmp_path / 'me.wav')!r}, which is not a saved voice file (.safetensors / "
+         ".json). An audio clip is encoded into a voice first: voice = model.encode_reference(clip, text=...)."),
+        ([_turn(_text("Hi <|emotion:happy|>."))], "Unknown control tag '<|emotion:happy|>' in the text"),
+        ([_turn(_text("<|audio|>"))], "'<|audio|>' in the text is a structural prompt token"),
+    ]
+    for conversation, message in cases:
+        for tokenize in (True, False):
+            with pytest.raises(ValueError) as error:
+                processor.apply_chat_template(conversation, tokenize=tokenize)
+            assert str(error.value).startswith(message), (message, str(error.value))
+        if "TTS conversation" in message or "at most two" in message:
+            assert layout in str(error.value)
+    with pytest.raises(ValueError, match=r"does not take \['tools'\]; it takes conversation, chat_template"):
+        processor.apply_chat_template([_turn(_text("Hi."))], tools=[])
+
+
+def test_chat_template_saved_loaded_and_chatml_replaced(tokenizer, tmp_path, caplog):
+    processor = HiggsAudioV3Processor(tokenizer)
+    assert processor.chat_template == processing_higgs_v3.TTS_CHAT_TEMPLATE
+    processor.save_pretrained(tmp_path / "repo")
+    assert (tmp_path / "repo" / "chat_template.jinja").read_text() == processing_higgs_v3.TTS_CHAT_TEMPLATE
+    loaded = HiggsAudioV3Processor.from_pretrained(tmp_path / "repo")
+    assert loaded.apply_chat_template([_turn(_text("Hi."))]) == "<|tts|><|text|>Hi.<|audio|>"
+    from higgs_v3.tiny_higgs_v3 import CHAT_TEMPLATE as CHATML
+
+    with caplog.at_level("WARNING"):
+        replaced = HiggsAudioV3Processor(tokenizer, chat_template=CHATML)
+    assert replaced.chat_template == processing_higgs_v3.TTS_CHAT_TEMPLATE
+    assert "does not render Higgs Audio v3 TTS prompts" in caplog.text
