@@ -43,6 +43,8 @@ from .original_format_higgs_v3 import (
 SUPPORTED_TRANSFORMERS: str = ">=5.5.0,<5.25"
 """The transformers range the remote code is tested with (pinned in the model card)."""
 
+ORIGINAL_CHAT_TEMPLATE_FILE = "original_chat_template.jinja"
+"""Where a converted repo keeps the original's chat template (ChatML), which `chat_template.jinja` replaces."""
 TOKENIZER_FILES: tuple[str, ...] = (
     "tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "special_tokens_map.json", "added_tokens.json",
     "vocab.json", "merges.txt",
@@ -183,7 +185,8 @@ def remote_code_files() -> list[Path]:
 def save_processor_files(output_dir: str | os.PathLike, config: HiggsAudioV3Config) -> list[str]:
     """Write the processor's own files (`processor_config.json`, with its `auto_map`) and the TTS chat template
     (`chat_template.jinja`: `processing_higgs_v3.TTS_CHAT_TEMPLATE`, in place of the original's ChatML, which renders
-    no TTS prompt) into `output_dir`, whose other tokenizer files stay exactly as they are. The processor is built
+    no TTS prompt; the original's is kept as `original_chat_template.jinja`) into `output_dir`, whose other tokenizer
+    files stay exactly as they are. The processor is built
     from those tokenizer files and `config`. Returns the names written (none when `processing_higgs_v3.py` is not
     available)."""
     try:
@@ -208,7 +211,13 @@ def save_processor_files(output_dir: str | os.PathLike, config: HiggsAudioV3Conf
                 continue  # the tokenizer files stay byte-identical; code files are copied separately
             shutil.copyfile(path, output_dir / path.name)
             written.append(path.name)
-    (output_dir / "chat_template.jinja").write_text(TTS_CHAT_TEMPLATE, encoding="utf-8")
+    template = output_dir / "chat_template.jinja"
+    if template.is_file() and template.read_text(encoding="utf-8") != TTS_CHAT_TEMPLATE:
+        # The original's template is kept under a name transformers does not read, for the export back to the
+        # original layout (export_higgs_v3), which the serving engines read.
+        os.replace(template, output_dir / ORIGINAL_CHAT_TEMPLATE_FILE)
+        written.append(ORIGINAL_CHAT_TEMPLATE_FILE)
+    template.write_text(TTS_CHAT_TEMPLATE, encoding="utf-8")
     return sorted(written + ["chat_template.jinja"])
 
 
@@ -484,6 +493,7 @@ __all__ = [
     "AS_HEAD",
     "HUB_PROBE_SECONDS",
     "LICENSE_FILE_PATTERN",
+    "ORIGINAL_CHAT_TEMPLATE_FILE",
     "PlannedTensor",
     "SUPPORTED_TRANSFORMERS",
     "TOKENIZER_FILES",

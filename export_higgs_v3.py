@@ -15,7 +15,9 @@ What is written (the format is `original_format_higgs_v3`'s, so it is read back 
                                      as the original has one
     tokenizer.json, tokenizer_config.json, chat_template.jinja, ...   copied from the repo byte for byte (a
                                      tokenizer_config.json re-saved with a processor loses its `auto_map` and
-                                     `processor_class`, which point at remote code)
+                                     `processor_class`, which point at remote code); chat_template.jinja is the
+                                     original's (`original_chat_template.jinja`, kept by the converter) when the repo
+                                     has it, else the repo's (the TTS template)
     higgs_audio_v2_tokenizer_config.json   the codec's config, when the repo has a codec
     LICENSE*, NOTICE*                copied
 
@@ -44,7 +46,14 @@ import torch
 
 from .codec_higgs_v3 import HiggsAudioV3Codec
 from .configuration_higgs_v3 import HiggsAudioV3Config
-from .converted_repo_higgs_v3 import LICENSE_FILE_PATTERN, TOKENIZER_FILES, PlannedTensor, check_shard_size, shard_split
+from .converted_repo_higgs_v3 import (
+    LICENSE_FILE_PATTERN,
+    ORIGINAL_CHAT_TEMPLATE_FILE,
+    TOKENIZER_FILES,
+    PlannedTensor,
+    check_shard_size,
+    shard_split,
+)
 from .original_format_higgs_v3 import (
     AUDIO_EMBEDDING,
     AUDIO_HEAD,
@@ -333,6 +342,8 @@ def _write_other_files(source: Path, config: HiggsAudioV3Config, output: Path, d
     for name in TOKENIZER_FILES:
         if (source / name).is_file():
             shutil.copyfile(source / name, output / name)
+    if (source / ORIGINAL_CHAT_TEMPLATE_FILE).is_file():  # the converter replaced the original's template: restore it
+        shutil.copyfile(source / ORIGINAL_CHAT_TEMPLATE_FILE, output / "chat_template.jinja")
     tokenizer_config = read_json(output / "tokenizer_config.json", "The tokenizer config")
     if any(key in tokenizer_config for key in TOKENIZER_CONFIG_DROPPED):
         kept = {k: v for k, v in tokenizer_config.items() if k not in TOKENIZER_CONFIG_DROPPED}

@@ -49,7 +49,8 @@ CODEC_FILE = "higgs_audio_v2_tokenizer_config.json"
 CORE_CODE_FILES = {"configuration_higgs_v3.py", "modeling_higgs_v3.py", "processing_higgs_v3.py", "codec_higgs_v3.py",
                    "delay_higgs_v3.py", "generation_higgs_v3.py"}
 NON_CODE_FILES = ["LICENSE", "README.md", "chat_template.jinja", "config.json", "generation_config.json",
-                  "model.safetensors", "processor_config.json", "tokenizer.json", "tokenizer_config.json"]
+                  "model.safetensors", "original_chat_template.jinja", "processor_config.json", "tokenizer.json",
+                  "tokenizer_config.json"]
 # sha256 of the sorted "name<TAB>[shape]" strings (concatenated) of the 528 codec tensors of the real checkpoint
 # (shared/spec/reference/checkpoint_tensors.tsv, prefix removed).
 REAL_CODEC_TENSORS_SHA256 = "2bb8512a60a4ceff6d99660cc60079d4b5fdcf47447a8c4543c3721b40d79f3b"
@@ -243,6 +244,8 @@ def test_tokenizer_processor_code_and_card(original, converted):
     # The TTS chat template in place of the original's ChatML (which renders no TTS prompt).
     assert "<|im_start|>" in (original / "chat_template.jinja").read_text()
     assert (output / "chat_template.jinja").read_text(encoding="utf-8") == TTS_CHAT_TEMPLATE
+    # The original's is kept, byte for byte, for the export back to the original layout.
+    assert (output / "original_chat_template.jinja").read_bytes() == (original / "chat_template.jinja").read_bytes()
     for path in remote_code_files():
         assert (output / path.name).read_bytes() == path.read_bytes(), path.name
     with open(output / "processor_config.json") as f:
@@ -900,16 +903,16 @@ def test_push_to_hub_checks_the_hub_and_the_login_before_converting(original, tm
         monkeypatch.setattr(converted_repo, "_can_connect", lambda *args: False)
     monkeypatch.setattr(cc, "read_original", lambda *args: pytest.fail("converted before checking the Hub"))
     code, printed = _run_main(["--input", str(original), "--output", str(tmp_path / "out"), "--push-to-hub", REPO_ID])
-    assert (code, printed) == (1, "")
+    assert (code, printed) == (2, "")  # a user-side fault, found before converting
     assert not (tmp_path / "out").exists()
     expected = {
-        "offline": f"error: --push-to-hub {REPO_ID} needs the Hub, but HF_HUB_OFFLINE is set; nothing was converted. "
+        "offline": f"convert_checkpoint.py: error: --push-to-hub {REPO_ID} needs the Hub, but HF_HUB_OFFLINE is set; nothing was converted. "
                    "Connect and run again, or convert without --push-to-hub and upload the folder later.",
-        "unreachable": f"error: --push-to-hub {REPO_ID} needs the Hub, but the Hub (https://huggingface.co) did not "
+        "unreachable": f"convert_checkpoint.py: error: --push-to-hub {REPO_ID} needs the Hub, but the Hub (https://huggingface.co) did not "
                        "answer within 3 s; nothing was converted.",
-        "no login": f"error: --push-to-hub {REPO_ID} needs a Hugging Face login, and there is none; nothing was "
+        "no login": f"convert_checkpoint.py: error: --push-to-hub {REPO_ID} needs a Hugging Face login, and there is none; nothing was "
                     "converted. Run `hf auth login` (or set HF_TOKEN) and run again.",
-        "bad token": f"error: --push-to-hub {REPO_ID}: the Hub refused the login check (401 Client Error: "
+        "bad token": f"convert_checkpoint.py: error: --push-to-hub {REPO_ID}: the Hub refused the login check (401 Client Error: "
                      "Unauthorized); nothing was converted. Run `hf auth login` (or set HF_TOKEN) and run again.",
     }[case]
     err = capsys.readouterr().err
@@ -932,8 +935,8 @@ def test_a_failed_upload_prints_the_summary_and_how_to_upload_later(original, co
     first, first_printed = converted  # the same conversion without a push: the same summary
     assert printed == first_printed.replace(str(first), str(output)) and "Not verified (--no-verify)." in printed
     err = capsys.readouterr().err
-    assert err == (
-        f"error: The upload to {REPO_ID} failed (Connection reset by peer). The converted folder {str(output)!r} is "
+    assert err == (  # the upload is not a user fault: exit 1
+        f"convert_checkpoint.py: error: The upload to {REPO_ID} failed (Connection reset by peer). The converted folder {str(output)!r} is "
         f"complete; upload it later with `hf upload {REPO_ID} {output} .` or, in Python, "
         f"higgs_v3.converted_repo_higgs_v3.push_folder_to_hub({str(output)!r}, {REPO_ID!r}).\n"
     )
