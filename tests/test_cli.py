@@ -446,15 +446,16 @@ def test_convert_help_names_the_command(capsys):
 README = Path(cli_higgs_v3.__file__).with_name("README.md")
 
 
-def readme_commands() -> list[list[str]]:
+def readme_commands(converted: str = "tiny-random") -> list[list[str]]:
     """Every `higgs-v3 ...` line of the README's shell blocks, as argument lists (comments dropped), with the model
-    names replaced by the tiny random one."""
+    names replaced by the tiny random one (`path/to/converted-repo`, a folder, by `converted`)."""
     blocks = re.findall(r"```bash\n(.*?)```", README.read_text(encoding="utf-8"), flags=re.S)
     lines = [line for block in blocks for line in block.splitlines() if line.startswith("higgs-v3 ")]
     commands = []
     for line in lines:
         args = shlex.split(line, comments=True)[1:]
-        commands.append(["tiny-random" if arg in ("MODEL", "bosonai/higgs-audio-v3-tts-4b") else arg for arg in args])
+        names = {"MODEL": "tiny-random", "bosonai/higgs-audio-v3-tts-4b": "tiny-random", "path/to/converted-repo": converted}
+        commands.append([names.get(arg, arg) for arg in args])
     return commands
 
 
@@ -495,7 +496,7 @@ def test_readme_commands_run_as_written(cache, tmp_path, monkeypatch, capsys):
     """Every `higgs-v3` command of the README, run as written (on the tiny random model)."""
     monkeypatch.chdir(tmp_path)
     write_readme_inputs(tmp_path)
-    for args in readme_commands():
+    for args in readme_commands(converted=str(ensure_tiny_random())):
         code = main_restoring_library_settings(args)
         captured = capsys.readouterr()
         assert code == 0, (args, captured.err)
