@@ -725,7 +725,7 @@ def cmd_convert(argv: list[str]) -> int:
     from .convert_checkpoint import main as convert_main
 
     code = convert_main(argv, prog="higgs-v3 convert")
-    return 0 if code in (0, None) else code if code == 130 else EXIT_ERROR
+    return 0 if code in (0, None) else code if code in (1, 130) else EXIT_ERROR  # 1: a failed upload, not a user fault
 
 
 def cmd_make_tiny(args) -> int:

@@ -452,6 +452,13 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
             valid &= attention_mask[:, -1].bool()
         if not bool(valid.all()):
             rows = torch.nonzero(~valid).flatten().tolist()
+            if bool((input_ids[rows, -1] == config.audio_placeholder_id).any()):
+                raise ValueError(
+                    f"input_ids row(s) {rows} end in audio placeholders: they are training examples "
+                    "(processor(text=..., audio_target=...), the prompt followed by the target's rows), which "
+                    "teacher-force a forward pass; generate takes the prompt alone: processor(text) or "
+                    "processor.apply_chat_template(conversation, tokenize=True, return_dict=True)."
+                )
             raise ValueError(
                 f"input_ids row(s) {rows} are not Higgs Audio v3 speech prompts (<|tts|> ... <|text|> TEXT <|audio|>, "
                 "left padded); plain tokenizer output would generate sound without a word. Build the inputs with "

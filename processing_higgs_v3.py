@@ -428,7 +428,7 @@ class HiggsAudioV3Processor(ProcessorMixin):
             logger.warning_once(
                 f"A text of more than {LONG_PROMPT_TEXT_TOKENS} tokens is spoken as one generation; the model was "
                 "trained on sentence-sized chunks and tends to run away or skip words on long ones. Use "
-                "higgs_v3.synthesize_long(model, processor, text), which splits it into chunks and keeps the voice."
+                "model.synthesize_long(processor, text), which splits it into chunks and keeps the voice."
             )
 
     def _prompts(self, texts: list[str], references: list[tuple[torch.LongTensor | None, str | None]]) -> dict:
@@ -704,6 +704,4 @@ class HiggsAudioV3Processor(ProcessorMixin):
 HiggsAudioV3Processor.register_for_auto_class("AutoProcessor")
 
 
-__all__ = ["LONG_PROMPT_TEXT_TOKENS", "TAG_PATTERN", "HiggsAudioV3Processor"]
-
-__all__ = ["TAG_PATTERN", "TTS_CHAT_TEMPLATE", "HiggsAudioV3Processor"]
+__all__ = ["LONG_PROMPT_TEXT_TOKENS", "TAG_PATTERN", "TTS_CHAT_TEMPLATE", "HiggsAudioV3Processor"]

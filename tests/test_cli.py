@@ -442,6 +442,16 @@ def test_convert_help_names_the_command(capsys):
     assert out.startswith("usage: higgs-v3 convert ") and "convert_checkpoint.py" not in out
 
 
+@pytest.mark.parametrize("code,expected", [(0, 0), (None, 0), (1, 1), (2, 2), (130, 130), (7, 2)])
+def test_convert_keeps_the_converter_exit_codes(monkeypatch, code, expected):
+    """`higgs-v3 convert` exits as `convert_checkpoint.py` does: 1 for a failed upload of a complete conversion (not
+    a user fault), 2 for a user fault, 130 when interrupted."""
+    from higgs_v3 import convert_checkpoint
+
+    monkeypatch.setattr(convert_checkpoint, "main", lambda argv, prog: code)
+    assert cli_higgs_v3.cmd_convert(["--input", "x", "--output", "y"]) == expected
+
+
 # ----------------------------------------------------------------------------------------- the README's commands
 README = Path(cli_higgs_v3.__file__).with_name("README.md")
 

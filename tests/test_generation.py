@@ -409,6 +409,12 @@ def test_generate_refuses_input_ids_that_are_not_speech_prompts(model):
     rows = model.generate(input_ids=torch.tensor([[pad] + good, [tts, text, 9707, 13, audio]]),
                           attention_mask=torch.tensor([[0, 1, 1, 1, 1], [1] * 5]), max_new_tokens=9, do_sample=False)
     assert rows.shape == (2, 9, NUM_CODEBOOKS)
+    # A training example (the prompt, then placeholders for the target's rows) is named as such.
+    with pytest.raises(ValueError, match=re.escape(
+        "input_ids row(s) [0] end in audio placeholders: they are training examples (processor(text=..., "
+        "audio_target=...), the prompt followed by the target's rows), which teacher-force a forward pass; generate "
+        "takes the prompt alone: processor(text) or processor.apply_chat_template(")):
+        model.generate(input_ids=torch.tensor([good + [-100, -100]]), max_new_tokens=9)
 
 
 def test_monitor_progress_shows_a_bar_of_rows_and_changes_nothing(model, capsys):
