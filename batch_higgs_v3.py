@@ -14,13 +14,14 @@ The manifest has one JSON object per line (blank lines are skipped):
 `text` (required; any length: it is chunked as `higgs-v3 speak` chunks it), `output` (required: a file name in
 `--out-dir`, `.wav` added when it has no audio suffix), `seed` (default: `--seed` plus the line's index, so a rerun
 draws the same), `voice` (a saved voice file), `reference` (a clip) with optional `reference_text`. Relative paths are
-read from the manifest's folder. Every line is checked (text, tags, files, seeds, names) before anything is generated.
+read from the manifest's folder. Every line is checked (text, tags, files, seeds, names; the seed of the text's
+last chunk too) before anything is generated.
 
 Each item is spoken as `synthesize_long(text, seed=seed, reference=...)` would speak it: chunk `k` uses seed
 `seed + k`, and since a sequence with a given seed gets the same codes alone or in any batch, an item's audio does not
 depend on the batch it shared, the process it ran on, or the number of processes. Items are grouped `--batch-size` at a
-time into `generate` calls (the longform synthesis core), and each finished item is written at once, atomically (a
-temporary file, then `os.replace`): its audio, then its record (`.higgs_v3_batch/<output>.json`: duration, finished
+time into `generate` calls (the longform synthesis core), and each finished item is written at once, atomically
+(`audio_io_higgs_v3.atomic_output`: a temporary file, flushed to disk, then `os.replace`): its audio, then its record (`.higgs_v3_batch/<output>.json`: duration, finished
 flag, seed, chunks). An item is complete when both are there and the record matches the manifest line; a rerun skips
 complete items, so a run that was killed or crashed is finished by running it again, and nothing is generated twice.
 
@@ -38,7 +39,6 @@ import math
 import os
 import sys
 import time
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -194,19 +194,13 @@ def _read_record(out_dir: Path, item: BatchItem) -> dict | None:
     return record if {key: record.get(key) for key in item.record_key()} == item.record_key() else None
 
 
-def _write_atomically(path: Path, write) -> None:
-    """`write(temporary path)`, then `os.replace` onto `path`: a reader sees the old file or the whole new one."""
-    temporary = path.with_name(f".{path.stem}.{uuid.uuid4().hex[:8]}.tmp{path.suffix}")
-    try:
-        write(temporary)
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
-
-
 def _write_text_atomically(path: Path, text: str) -> None:
-    _write_atomically(path, lambda temporary: temporary.write_text(text, encoding="utf-8"))
+    """`text` into `path` with `audio_io_higgs_v3.atomic_output` (flushed to disk, then renamed into place): a reader
+    sees the old file or the whole new one."""
+    from .audio_io_higgs_v3 import atomic_output
+
+    with atomic_output(path) as temporary:
+        temporary.write_text(text, encoding="utf-8")
 
 
 # ============================================================================================= the run
@@ -259,17 +253,17 @@ def run_batch(
     `state` (an `accelerate.PartialState`) has several processes. Returns the summary (complete on the main process:
     the written lists of every process)."""
     from .chunking_higgs_v3 import DEFAULT_MAX_CHARS
-    from .sampling_higgs_v3 import check_seed
 
     began = time.perf_counter()
     out_dir = Path(out_dir)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
-    for item in items:  # fail before any generation: tags, transcripts, the seed of the item's last possible chunk
+    max_chars = max_chars or DEFAULT_MAX_CHARS
+    for item in items:  # fail before any generation: tags, transcripts, the seed of the item's last chunk
         processor.check_text(item.text, f"the text of line {item.line}")
         if item.reference_text is not None:
             processor.check_text(item.reference_text, f"the reference text of line {item.line}")
-        check_seed(item.seed, f"the seed of line {item.line}")
+        _check_chunk_seeds(processor, item, max_chars)
     (out_dir / RECORDS_DIR).mkdir(parents=True, exist_ok=True)
     pending = [item for item in items if _read_record(out_dir, item) is None]
     rank, world = (state.process_index, state.num_processes) if state is not None else (0, 1)
@@ -285,7 +279,7 @@ def run_batch(
     try:
         for start in range(0, len(mine), batch_size):
             spoken = _speak_group(model, processor, mine[start:start + batch_size], batch_size=batch_size,
-                                     max_chars=max_chars or DEFAULT_MAX_CHARS, max_seconds=max_seconds,
+                                     max_chars=max_chars, max_seconds=max_seconds,
                                      generate_kwargs=generate_kwargs)
             for item, waveform, chunks in spoken:
                 seconds += _write_item(out_dir, item, waveform, chunks, model.config.sampling_rate, rank)
@@ -314,11 +308,28 @@ def run_batch(
     return summary
 
 
+def _check_chunk_seeds(processor, item: BatchItem, max_chars: int) -> None:
+    """Chunk `k` of the item is spoken with seed `item.seed + k` (`_speak_group`, with the same chunker): the seed of
+    its last chunk must be a valid seed too. A `ValueError` naming the manifest line otherwise."""
+    from .longform_higgs_v3 import speech_jobs
+    from .sampling_higgs_v3 import SEED_LIMIT, check_seed
+
+    check_seed(item.seed, f"the seed of line {item.line}")
+    chunks = len(speech_jobs(processor, item.text, max_chars))
+    if item.seed + chunks - 1 >= SEED_LIMIT:
+        raise ValueError(
+            f"The seed of line {item.line} ({item.seed}) is too large for its text's {chunks} chunks: chunk k is "
+            f"spoken with seed + k, which must stay below 2**{SEED_LIMIT.bit_length() - 1}; give a seed of at most "
+            f"{SEED_LIMIT - chunks}."
+        )
+
+
 def _write_item(out_dir: Path, item: BatchItem, waveform, chunks, sampling_rate: int, rank: int) -> float:
-    """The item's audio, then its record, each written atomically. Returns its duration in seconds."""
+    """The item's audio (`save_audio`, itself atomic), then its record, written atomically. Returns its duration in
+    seconds."""
     from .audio_io_higgs_v3 import save_audio
 
-    _write_atomically(out_dir / item.output, lambda temporary: save_audio(waveform, temporary, sampling_rate))
+    save_audio(waveform, out_dir / item.output, sampling_rate)
     duration = waveform.shape[-1] / sampling_rate
     record = {
         "output": item.output, "line": item.line, **item.record_key(), "duration": round(duration, 6),

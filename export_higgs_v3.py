@@ -16,8 +16,10 @@ What is written (the format is `original_format_higgs_v3`'s, so it is read back 
     tokenizer.json, tokenizer_config.json, chat_template.jinja, ...   copied from the repo byte for byte (a
                                      tokenizer_config.json re-saved with a processor loses its `auto_map` and
                                      `processor_class`, which point at remote code); chat_template.jinja is the
-                                     original's (`original_chat_template.jinja`, kept by the converter) when the repo
-                                     has it, else the repo's (the TTS template)
+                                     original's: `original_chat_template.jinja` (kept by the converter) when the repo
+                                     has it; when the repo has only the TTS template (a processor's save_pretrained
+                                     writes no original's), `--original DIR`'s, else none is written (a warning, and a
+                                     line in the result's `filled`); any other template is copied
     higgs_audio_v2_tokenizer_config.json   the codec's config, when the repo has a codec
     LICENSE*, NOTICE*                copied
 
@@ -25,9 +27,11 @@ The converter drops one tensor, the codec's training-only `semantic_model.masked
 embedding, unused at inference). The export writes it back: copied from the original checkpoint when `original=` /
 `--original DIR` names it (then an original -> converted -> original round trip is bit for bit), else zeros.
 
-Like the converter, the folder is assembled next to the output, checked (read back with `read_original`, every name
-mapped back to its converted name by `map_key`, every tensor compared bit for bit with its source) and only then renamed
-into place. Peak memory is about one shard (`max_shard_size`).
+Like the converter, the folder is assembled next to the output (`<output>_exporting_<hex>`, claimed by its process),
+checked (read back with `read_original`, every name mapped back to its converted name by `map_key`, every tensor
+compared bit for bit with its source) and only then swapped into place; what a killed export leaves is cleaned up by
+the next export or conversion, and an output lost between the two renames is restored (`output_folders_higgs_v3`).
+Peak memory is about one shard (`max_shard_size`).
 """
 
 from __future__ import annotations
@@ -38,11 +42,11 @@ import math
 import os
 import re
 import shutil
-import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from transformers.utils import logging
 
 from .codec_higgs_v3 import HiggsAudioV3Codec
 from .configuration_higgs_v3 import HiggsAudioV3Config
@@ -77,6 +81,11 @@ from .original_format_higgs_v3 import (
     read_original,
     read_rows,
 )
+from .output_folders_higgs_v3 import clean_stale_siblings, staging_folder, swap_into_place
+from .processing_higgs_v3 import TTS_CHAT_TEMPLATE
+
+
+logger = logging.get_logger(__name__)
 
 
 EXPORT_DTYPES: dict[str, torch.dtype] = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
@@ -88,6 +97,8 @@ CODEC_CONFIG_BOOKKEEPING: dict = {"architectures": ["HiggsAudioV2TokenizerModel"
 
 TOKENIZER_CONFIG_DROPPED: tuple[str, ...] = ("auto_map", "processor_class", "local_files_only")
 """Keys a processor's `save_pretrained` adds to `tokenizer_config.json` (our remote code, a loading option)."""
+
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
 
 _LAYER_SUFFIXES = "|".join(re.escape(suffix) for suffix in ORIGINAL_LAYER_SUFFIXES)
 
@@ -129,8 +140,8 @@ def original_name(converted: str) -> str:
 
 @dataclass
 class ExportResult:
-    """What `export_to_original` wrote: the folder, the tensor count, the shard files, the tensors written without a
-    source in the repo (name -> how they were filled) and the dtype."""
+    """What `export_to_original` wrote: the folder, the tensor count, the shard files, the tensors (and the chat
+    template) written without a source in the repo (name -> how they were filled) and the dtype."""
 
     output_dir: Path
     num_tensors: int
@@ -329,8 +340,10 @@ def _write_weights(planned: list[_Planned], dtype: torch.dtype, output: Path, ma
     return list(split.filename_to_tensors)
 
 
-def _write_other_files(source: Path, config: HiggsAudioV3Config, output: Path, dtype: str) -> None:
-    """The original config, the tokenizer files, the codec config file and the license files."""
+def _write_other_files(source: Path, config: HiggsAudioV3Config, output: Path, dtype: str,
+                       original: Path | None = None) -> dict[str, str]:
+    """The original config, the tokenizer files, the chat template (`_chat_template`), the codec config file and the
+    license files. Returns the files not taken from the repo (name -> how they were filled)."""
     (output / "config.json").write_text(json.dumps(export_config(config, dtype), indent=2) + "\n", encoding="utf-8")
     missing = [name for name in ("tokenizer.json", "tokenizer_config.json") if not (source / name).is_file()]
     if missing:
@@ -342,8 +355,7 @@ def _write_other_files(source: Path, config: HiggsAudioV3Config, output: Path, d
     for name in TOKENIZER_FILES:
         if (source / name).is_file():
             shutil.copyfile(source / name, output / name)
-    if (source / ORIGINAL_CHAT_TEMPLATE_FILE).is_file():  # the converter replaced the original's template: restore it
-        shutil.copyfile(source / ORIGINAL_CHAT_TEMPLATE_FILE, output / "chat_template.jinja")
+    filled = _chat_template(source, output, original)
     tokenizer_config = read_json(output / "tokenizer_config.json", "The tokenizer config")
     if any(key in tokenizer_config for key in TOKENIZER_CONFIG_DROPPED):
         kept = {k: v for k, v in tokenizer_config.items() if k not in TOKENIZER_CONFIG_DROPPED}
@@ -358,6 +370,31 @@ def _write_other_files(source: Path, config: HiggsAudioV3Config, output: Path, d
     for path in sorted(source.iterdir()):
         if path.is_file() and LICENSE_FILE_PATTERN.match(path.name):
             shutil.copyfile(path, output / path.name)
+    return filled
+
+
+def _chat_template(source: Path, output: Path, original: Path | None) -> dict[str, str]:
+    """Put the original's chat template into `output` (where the tokenizer files were copied): the repo's
+    `original_chat_template.jinja` (kept by the converter); when the repo has only the TTS template
+    (`TTS_CHAT_TEMPLATE`, e.g. saved by a processor's `save_pretrained`), `original`'s `chat_template.jinja`, else no
+    template and a warning (the TTS template is not the original's: it renders no ChatML). Returns
+    `{CHAT_TEMPLATE_FILE: how}` when the template does not come from the repo, else `{}`."""
+    template = output / CHAT_TEMPLATE_FILE
+    if (source / ORIGINAL_CHAT_TEMPLATE_FILE).is_file():  # the converter replaced the original's template: restore it
+        shutil.copyfile(source / ORIGINAL_CHAT_TEMPLATE_FILE, template)
+        return {}
+    if not template.is_file() or template.read_text(encoding="utf-8") != TTS_CHAT_TEMPLATE:
+        return {}  # none, or the repo's own (not the TTS one): copied as it is
+    if original is not None and (original / CHAT_TEMPLATE_FILE).is_file():
+        shutil.copyfile(original / CHAT_TEMPLATE_FILE, template)
+        return {CHAT_TEMPLATE_FILE: f"copied from {original}"}
+    template.unlink()
+    where = (f"; {str(original)!r} has no {CHAT_TEMPLATE_FILE} either" if original is not None
+             else "; pass --original DIR (original=) to copy the original checkpoint's")
+    how = (f"not written (the repo has the TTS template only, not the original's, and no "
+           f"{ORIGINAL_CHAT_TEMPLATE_FILE}{where})")
+    logger.warning(f"{CHAT_TEMPLATE_FILE}: {how}.")
+    return {CHAT_TEMPLATE_FILE: how}
 
 
 def _verify(planned: list[_Planned], dtype: torch.dtype, output: Path) -> None:
@@ -397,8 +434,9 @@ def export_to_original(
     `save_pretrained` next to its tokenizer files) in the original checkpoint layout into `output_dir`.
 
     `dtype`: every tensor's dtype (`bfloat16`, the original's, by default). `original`: the original checkpoint the
-    repo came from, for the one tensor the converter drops (else zeros). A non-empty `output_dir` is refused unless
-    `overwrite`. Raises `ConversionError` with the reason.
+    repo came from, for the one tensor the converter drops (else zeros), and for the chat template when the repo has
+    only the TTS one (else none is written, with a warning). A non-empty `output_dir` is refused unless `overwrite`;
+    what a killed export left beside it is cleaned up first. Raises `ConversionError` with the reason.
 
     >>> result = export_to_original("higgs-audio-v3-hf", "higgs-audio-v3-original")  # doctest: +SKIP
     >>> result.num_tensors  # doctest: +SKIP
@@ -408,6 +446,7 @@ def export_to_original(
         raise ConversionError(f"dtype {dtype!r} is not supported; use one of {', '.join(EXPORT_DTYPES)}.")
     check_shard_size(max_shard_size)
     source = Path(input_dir).expanduser()
+    clean_stale_siblings(Path(output_dir).expanduser().absolute())  # a killed run's leftovers; a lost output restored
     if not source.is_dir():
         raise ConversionError(f"The input {str(input_dir)!r} is not a folder; give a converted Higgs Audio v3 repo.")
     output = Path(output_dir).expanduser().absolute()
@@ -420,21 +459,19 @@ def export_to_original(
         raise ConversionError(f"The output folder {str(output)!r} contains the input {str(source)!r}; choose another "
                               "output.")
     config, tensors = _read_converted(source)
-    planned, filled = _plan(config, tensors, Path(original).expanduser() if original is not None else None)
+    original_dir = Path(original).expanduser() if original is not None else None
+    planned, filled = _plan(config, tensors, original_dir)
 
     output.parent.mkdir(parents=True, exist_ok=True)
-    staging = output.parent / f"{output.name}_exporting_{uuid.uuid4().hex[:8]}"
-    staging.mkdir()
+    staging = staging_folder(output, "exporting")
     try:
         shards = _write_weights(planned, EXPORT_DTYPES[dtype], staging, max_shard_size)
-        _write_other_files(source, config, staging, dtype)
+        filled.update(_write_other_files(source, config, staging, dtype, original_dir))
         _verify(planned, EXPORT_DTYPES[dtype], staging)
-        retired = output.parent / f"{output.name}_replaced_{uuid.uuid4().hex[:8]}" if output.exists() else None
-        if retired is not None:
-            os.rename(output, retired)
-        os.rename(staging, output)
-        if retired is not None:
-            shutil.rmtree(retired, ignore_errors=True)
+        if output.is_dir() and any(output.iterdir()) and not overwrite:
+            raise ConversionError(f"The output folder {str(output)!r} became non-empty during the export; not "
+                                  "replacing it.")
+        swap_into_place(staging, output)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -442,6 +479,7 @@ def export_to_original(
 
 
 __all__ = [
+    "CHAT_TEMPLATE_FILE",
     "CODEC_CONFIG_BOOKKEEPING",
     "EXPORT_DTYPES",
     "ExportResult",

@@ -1,8 +1,9 @@
 # Copyright 2026 the higgs-v3 authors. Licensed under the Apache License, Version 2.0.
-r"""Folders written whole: the converter's staging folder, its swap into place, the cleanup after a dead run, and the
-completion marker of a `from_original` cache entry.
+r"""Folders written whole: the staging folder of the converter (and of the export back to the original layout), its
+swap into place, the cleanup after a dead run, and the completion marker of a `from_original` cache entry.
 
-A conversion writes into a sibling of its output and renames it into place at the end:
+A conversion writes into a sibling of its output and renames it into place at the end (an export alike, its staging
+folder named `out_exporting_<hex>`, `STAGING_KINDS`):
 
 ```
 out_converting_<hex>/     the run's staging folder; OWNER_FILE names its process (pid, host)
@@ -48,13 +49,21 @@ UNOWNED_GRACE_SECONDS: float = 600.0
 """A staging folder without an owner file (a run killed between creating it and naming itself, or an older version
 of this code) is removed only once it is this old: a live run names itself within microseconds."""
 
+STAGING_KINDS: dict[str, str] = {"converting": "conversion", "exporting": "export"}
+"""The staging folders' kinds (`<name>_<kind>_<hex>`), each with the run it belongs to in `clean_stale_siblings`' lines:
+the converter's and the export's (`export_higgs_v3`). Every kind is cleaned whichever run cleans, so a dead export's
+folder is removed by the next conversion too, and a live run of either kind keeps its `_replaced_` folder."""
+
 _HASH_CHUNK = 16 * 1024 * 1024
 
 
 # --------------------------------------------------------------------------------------------------- staging folders
-def staging_folder(output: Path) -> Path:
-    """Create and claim a new staging folder beside `output` (`<name>_converting_<hex>`, `OWNER_FILE` inside)."""
-    staging = output.parent / f"{output.name}_converting_{secrets.token_hex(4)}"
+def staging_folder(output: Path, kind: str = "converting") -> Path:
+    """Create and claim a new staging folder beside `output` (`<name>_<kind>_<hex>`, `kind` one of `STAGING_KINDS`,
+    `OWNER_FILE` inside)."""
+    if kind not in STAGING_KINDS:
+        raise ValueError(f"kind must be one of {', '.join(STAGING_KINDS)}, got {kind!r}.")
+    staging = output.parent / f"{output.name}_{kind}_{secrets.token_hex(4)}"
     staging.mkdir()
     (staging / OWNER_FILE).write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}), encoding="utf-8")
     return staging
@@ -99,25 +108,32 @@ def _siblings(output: Path, kind: str) -> list[Path]:
 
 def clean_stale_siblings(output: Path) -> list[str]:
     """Remove what dead runs left beside `output` (see the module docstring); returns one line per thing done."""
-    done, live = [], set()
-    for staging in _siblings(output, "converting"):
-        if _owner_is_dead(staging):
-            shutil.rmtree(staging, ignore_errors=True)
-            done.append(f"removed {staging.name}, left by a conversion that did not finish")
-        else:
-            live.add(staging.name.rsplit("_", 1)[1])
+    done, live, runs = [], set(), {}
+    for kind, run in STAGING_KINDS.items():
+        for staging in _siblings(output, kind):
+            runs[staging.name.rsplit("_", 1)[1]] = run
+            if _owner_is_dead(staging):
+                shutil.rmtree(staging, ignore_errors=True)
+                done.append(f"removed {staging.name}, left by {_a(run)} that did not finish")
+            else:
+                live.add(staging.name.rsplit("_", 1)[1])
     for retired in _siblings(output, "replaced"):
         if retired.name.rsplit("_", 1)[1] in live:  # its run is alive, between its two renames
             continue
+        run = runs.get(retired.name.rsplit("_", 1)[1], "conversion or export")  # unpaired: a finished run's
         if not output.exists():
             os.rename(retired, output)
-            done.append(f"restored {output.name} from {retired.name} (a conversion was killed while replacing it)")
+            done.append(f"restored {output.name} from {retired.name} ({_a(run)} was killed while replacing it)")
         else:
             shutil.rmtree(retired, ignore_errors=True)
-            done.append(f"removed {retired.name}, the old output of a finished conversion")
+            done.append(f"removed {retired.name}, the old output of a finished {run}")
     for line in done:
         logger.warning(f"{output.parent}: {line}.")
     return done
+
+
+def _a(noun: str) -> str:
+    return f"{'an' if noun[0] in 'aeiou' else 'a'} {noun}"
 
 
 def swap_into_place(staging: Path, output: Path) -> None:
@@ -182,6 +198,7 @@ def check_complete(folder: Path, checksums: bool = False) -> str | None:
 __all__ = [
     "COMPLETE_FILE",
     "OWNER_FILE",
+    "STAGING_KINDS",
     "UNOWNED_GRACE_SECONDS",
     "check_complete",
     "clean_stale_siblings",

@@ -46,6 +46,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     },
     "export_higgs_v3": {
         "codec_higgs_v3", "configuration_higgs_v3", "converted_repo_higgs_v3", "original_format_higgs_v3",
+        "output_folders_higgs_v3", "processing_higgs_v3",
     },
     "longform_higgs_v3": {
         "audio_io_higgs_v3", "chunking_higgs_v3", "delay_higgs_v3", "generation_higgs_v3", "processing_higgs_v3",

@@ -15,12 +15,20 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
+import numpy as np
 import psutil
 import pytest
+import soundfile
+from transformers import AutoTokenizer
 
-from higgs_v3.batch_higgs_v3 import RECORDS_DIR, RESULTS_FILE, read_manifest
+from higgs_v3 import audio_io_higgs_v3, batch_higgs_v3
+from higgs_v3.batch_higgs_v3 import RECORDS_DIR, RESULTS_FILE, read_manifest, run_batch
 from higgs_v3.cli_higgs_v3 import main as cli_main
+from higgs_v3.longform_higgs_v3 import speech_jobs
+from higgs_v3.processing_higgs_v3 import HiggsAudioV3Processor
+from higgs_v3.tiny_higgs_v3 import write_tiny_tokenizer
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -92,6 +100,57 @@ def test_manifest_refusals_on_the_command_line(tmp_path):
                            "--out-dir", str(tmp_path / "out")])
     assert code == 2 and err.startswith("higgs-v3: error: manifest.jsonl line 1: 'seed' must be")
     assert not (tmp_path / "out").exists()  # nothing is created before the manifest passes
+
+
+class _Reached(Exception):
+    """Raised by `_Unreachable` when the run gets as far as the model."""
+
+
+class _Unreachable:
+    def __getattr__(self, name):
+        raise _Reached(name)
+
+
+def test_the_seed_of_an_items_last_chunk_is_checked_before_any_generation(tmp_path):
+    """Chunk k is spoken with seed + k: a seed valid for the first chunk but not the last is refused up front, naming
+    the manifest line (not inside `generate` after the first chunk, losing the group)."""
+    processor = HiggsAudioV3Processor(AutoTokenizer.from_pretrained(write_tiny_tokenizer(tmp_path / "tokenizer")))
+    text = "One two three four. Five six seven nine."  # sentences of 19 and 20 characters: two chunks of at most 20
+    assert [job.text for job in speech_jobs(processor, text, 20)] == ["One two three four.", "Five six seven nine."]
+    path = _manifest(tmp_path, [{"text": "Hi.", "output": "a", "seed": 2**62 - 1},  # one chunk: its seed is fine
+                                {"text": text, "output": "b", "seed": 2**62 - 1}])
+    with pytest.raises(ValueError) as error:
+        run_batch(_Unreachable(), processor, read_manifest(path), tmp_path / "out", max_chars=20, progress=False)
+    assert str(error.value) == ("The seed of line 2 (4611686018427387903) is too large for its text's 2 chunks: chunk k "
+                                "is spoken with seed + k, which must stay below 2**62; give a seed of at most "
+                                "4611686018427387902.")
+    assert not (tmp_path / "out").exists()  # nothing written
+    path = _manifest(tmp_path, [{"text": text, "output": "b", "seed": 2**62 - 2}])
+    with pytest.raises(_Reached):  # the largest valid seed for two chunks passes the checks
+        run_batch(_Unreachable(), processor, read_manifest(path), tmp_path / "out", max_chars=20, progress=False)
+
+
+def test_an_item_is_written_once_each_file_through_atomic_output(tmp_path, monkeypatch):
+    """The audio and the record each go through `atomic_output` once, under their own names (flushed to disk, then
+    renamed into place), and leave no temporary file."""
+    written = []
+    atomic_output = audio_io_higgs_v3.atomic_output
+
+    def spying(path):
+        written.append(Path(path).relative_to(tmp_path).as_posix())
+        return atomic_output(path)
+
+    monkeypatch.setattr(audio_io_higgs_v3, "atomic_output", spying)
+    (tmp_path / RECORDS_DIR).mkdir()
+    item = batch_higgs_v3.BatchItem(3, "Hi.", "a.wav", 9, None, None, None)
+    chunks = [SimpleNamespace(finished=True, seed=9)]
+    duration = batch_higgs_v3._write_item(tmp_path, item, np.zeros(2400, dtype=np.float32), chunks, 24000, 0)
+    assert duration == 0.1
+    assert written == ["a.wav", f"{RECORDS_DIR}/a.wav.json"]
+    assert soundfile.info(str(tmp_path / "a.wav")).frames == 2400
+    assert json.loads((tmp_path / RECORDS_DIR / "a.wav.json").read_text())["chunk_seeds"] == [9]
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == [
+        RECORDS_DIR, f"{RECORDS_DIR}/a.wav.json", "a.wav"]
 
 
 # -------------------------------------------------------------------------------------------- runs (integration)

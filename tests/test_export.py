@@ -9,7 +9,11 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import shutil
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,10 +22,14 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from transformers import AutoProcessor
 
+from higgs_v3 import export_higgs_v3
 from higgs_v3.convert_checkpoint import convert, main
+from higgs_v3.converted_repo_higgs_v3 import ORIGINAL_CHAT_TEMPLATE_FILE
 from higgs_v3.export_higgs_v3 import export_to_original, original_name
 from higgs_v3.modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
 from higgs_v3.original_format_higgs_v3 import TOKENIZER_CONFIG, ConversionError, read_codec_config_file
+from higgs_v3.output_folders_higgs_v3 import OWNER_FILE
+from higgs_v3.processing_higgs_v3 import TTS_CHAT_TEMPLATE
 from higgs_v3.tiny_higgs_v3 import write_tiny_original_checkpoint
 
 
@@ -124,6 +132,78 @@ def test_without_the_original_the_dropped_tensor_is_zeros(original, converted, t
     assert set(written) == set(load_file(original / "model.safetensors"))
 
 
+# ------------------------------------------------------------------------------------------------- chat template
+def test_a_repo_with_the_tts_template_only_gets_the_originals_from_original_or_none(original, converted, tmp_path,
+                                                                                     caplog):
+    """A repo without `original_chat_template.jinja` (as a processor's save_pretrained writes it) has the TTS template
+    only: the export takes `--original`'s template, else writes none and says so (never the TTS one as the
+    original's)."""
+    repo = Path(shutil.copytree(converted, tmp_path / "repo"))
+    (repo / ORIGINAL_CHAT_TEMPLATE_FILE).unlink()
+    assert (repo / "chat_template.jinja").read_text(encoding="utf-8") == TTS_CHAT_TEMPLATE
+    code, printed, errors = _run_main(["--to-original", "--input", str(repo), "--output", str(tmp_path / "with"),
+                                       "--original", str(original)])
+    assert code == 0, errors
+    assert printed.splitlines()[1:] == [f"  chat_template.jinja: copied from {original}", f"  {MASK}: copied from {original}"]
+    assert (tmp_path / "with" / "chat_template.jinja").read_bytes() == (original / "chat_template.jinja").read_bytes()
+    how = ("not written (the repo has the TTS template only, not the original's, and no original_chat_template.jinja; "
+           "pass --original DIR (original=) to copy the original checkpoint's)")
+    with caplog.at_level("WARNING"):
+        code, printed, errors = _run_main(["--to-original", "--input", str(repo), "--output", str(tmp_path / "without")])
+    assert code == 0, errors
+    assert f"  chat_template.jinja: {how}" in printed.splitlines()
+    assert f"chat_template.jinja: {how}." in caplog.text
+    assert sorted(p.name for p in (tmp_path / "without").iterdir()) == [n for n in ORIGINAL_FILES if n != "chat_template.jinja"]
+
+
+# ------------------------------------------------------------------------------------------------ output folders
+def _dead_pid() -> int:
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(done.stdout)
+
+
+def _leftover(folder: Path, name: str, pid: int, content: str = "partial") -> Path:
+    path = folder / name
+    path.mkdir()
+    (path / "state.txt").write_text(content)
+    (path / OWNER_FILE).write_text(json.dumps({"pid": pid, "host": socket.gethostname()}))
+    return path
+
+
+def test_the_export_stages_claims_and_cleans_like_the_converter(converted, tmp_path, monkeypatch, caplog):
+    """A dead export's staging folder is removed by the next export; an output lost between the two renames of a
+    killed export is restored (and then refused without --overwrite); a live export's folders are left alone. The
+    export's own staging folder is `<output>_exporting_<hex>`, claimed by this process, and leaves nothing behind."""
+    output, dead = tmp_path / "out", _dead_pid()
+    _leftover(tmp_path, "out_exporting_aa11", dead)  # SIGKILLed while writing
+    _leftover(tmp_path, "out_replaced_9999", dead, "old")  # SIGKILLed between its two renames: no output
+    _leftover(tmp_path, "out_exporting_9999", dead, "new")
+    _leftover(tmp_path, "out_exporting_bb22", os.getppid())  # a live export, between its two renames
+    _leftover(tmp_path, "out_replaced_bb22", os.getppid(), "live's old")
+    with caplog.at_level("WARNING"), pytest.raises(ConversionError, match=r"^The output folder .* is not empty; pass "
+                                                   r"--overwrite \(overwrite=True\) to replace it\.$"):
+        export_to_original(converted, output)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "out_exporting_bb22", "out_replaced_bb22"]
+    assert (output / "state.txt").read_text() == "old"
+    assert "restored out from out_replaced_9999 (an export was killed while replacing it)" in caplog.text
+    assert "removed out_exporting_aa11, left by an export that did not finish" in caplog.text
+    seen = []
+    verify = export_higgs_v3._verify
+
+    def spying_verify(planned, dtype, staging):
+        seen.append((staging.name, json.loads((staging / OWNER_FILE).read_text())))
+        return verify(planned, dtype, staging)
+
+    monkeypatch.setattr(export_higgs_v3, "_verify", spying_verify)
+    export_to_original(converted, output, overwrite=True)
+    [(name, owner)] = seen
+    assert name.startswith("out_exporting_") and len(name) == len("out_exporting_") + 8
+    assert owner == {"pid": os.getpid(), "host": socket.gethostname()}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "out_exporting_bb22", "out_replaced_bb22"]
+    assert sorted(p.name for p in output.iterdir()) == ORIGINAL_FILES  # the owner file removed once in place
+    assert (tmp_path / "out_replaced_bb22" / "state.txt").read_text() == "live's old"
+
+
 @pytest.mark.integration
 def test_a_fine_tuned_model_exports_and_converts_back_with_identical_logits(converted, tmp_path):
     """A model changed after loading (as fine-tuning or a LoRA merge changes it), saved with `save_pretrained` and
@@ -136,8 +216,12 @@ def test_a_fine_tuned_model_exports_and_converts_back_with_identical_logits(conv
     tuned = tmp_path / "tuned"
     model.save_pretrained(tuned)
     AutoProcessor.from_pretrained(converted, trust_remote_code=True).save_pretrained(tuned)
-    export_to_original(tuned, tmp_path / "exported", max_shard_size="20KB")  # sharded: the index is the format's
+    assert (tuned / "chat_template.jinja").read_text(encoding="utf-8") == TTS_CHAT_TEMPLATE
+    assert not (tuned / ORIGINAL_CHAT_TEMPLATE_FILE).exists()  # save_pretrained keeps the TTS template only
+    result = export_to_original(tuned, tmp_path / "exported", max_shard_size="20KB")  # sharded: the index is the format's
     assert json.loads((tmp_path / "exported" / "tokenizer_config.json").read_text()) == TOKENIZER_CONFIG
+    assert result.filled["chat_template.jinja"].startswith("not written (the repo has the TTS template only")
+    assert not (tmp_path / "exported" / "chat_template.jinja").exists()  # not the TTS template as the original's
     convert(tmp_path / "exported", tmp_path / "again", verify=False)
     again = HiggsAudioV3ForConditionalGeneration.from_pretrained(tmp_path / "again", dtype="auto").eval()
     ids = torch.tensor([[151667, 151672, 9707, 11, 1879, 151670]])
