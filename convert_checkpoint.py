@@ -748,7 +748,8 @@ def _parser(prog: str) -> argparse.ArgumentParser:
                         "layout (for vllm-omni / sglang-omni); takes --output, --dtype, --max-shard-size, --overwrite")
     parser.add_argument("--original", default=None, metavar="DIR",
                         help="with --to-original: the original checkpoint the repo was converted from (the codec's "
-                        "training-only tensor is copied from it; else zeros)")
+                        "training-only tensor is copied from it, else zeros; and its chat_template.jinja when the repo "
+                        "no longer keeps the original's)")
     return parser
 
 
