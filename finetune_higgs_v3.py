@@ -480,7 +480,10 @@ class FinetuneRun:
     The output folder receives Trainer's `checkpoint-N` folders (resumable), `adapter/` (LoRA only: the PEFT adapter,
     for `PeftModel.from_pretrained` on the base model), `model/` (the full model, LoRA merged: weights, remote code,
     tokenizer and processor, loadable with `trust_remote_code=True`; the folder `push_to_hub` uploads), `sample.wav`
-    (a short sample of the tuned model) and `codes_cache/` (the encoded clips)."""
+    (a short sample of the tuned model) and `codes_cache/` (the encoded clips). `adapter/` and `model/` are written in a
+    staging folder beside them and swapped into place whole (`output_folders_higgs_v3`); `model/` also gets the base
+    folder's `original_chat_template.jinja` and LICENSE / NOTICE files, so that `higgs-v3 export --to-original` of the
+    tuned model restores the original chat template."""
 
     data: str
     model: str

@@ -323,15 +323,22 @@ def test_memory_estimate_counts_match_the_models():
 
 
 # ---------------------------------------------------------------------------------------------- review fixes
-def test_codec_stays_frozen_through_save_and_from_pretrained(tmp_path, codec_model):
+def test_codec_stays_frozen_through_save_and_from_pretrained(tmp_path, processor, codec_model):
     """transformers rebuilds a loaded model's parameters after `__init__`: the codec is frozen again, in fp32 and
-    bf16 loads, with `output_loading_info=True` too, while the language model stays trainable."""
+    bf16 loads, with `output_loading_info=True` too, and in the repo's own code (`AutoModel`, trust_remote_code),
+    while the language model stays trainable."""
+    from transformers import AutoModel
+
     from higgs_v3 import HiggsAudioV3ForConditionalGeneration
+    from higgs_v3.finetune_higgs_v3 import save_full_repo
 
     assert not any(p.requires_grad for p in codec_model.codec.parameters())
-    codec_model.save_pretrained(tmp_path / "saved")
+    folder = save_full_repo(codec_model, processor, tmp_path / "saved")
+    remote = AutoModel.from_pretrained(folder, trust_remote_code=True)
+    assert type(remote).__module__.startswith("transformers_modules.")
+    assert not any(p.requires_grad for p in remote.codec.parameters())
     for options in ({}, {"dtype": torch.bfloat16}, {"output_loading_info": True}):
-        loaded = HiggsAudioV3ForConditionalGeneration.from_pretrained(tmp_path / "saved", **options)
+        loaded = HiggsAudioV3ForConditionalGeneration.from_pretrained(folder, **options)
         loaded = loaded[0] if isinstance(loaded, tuple) else loaded
         assert not any(p.requires_grad for p in loaded.codec.parameters()), options
         assert all(p.requires_grad for n, p in loaded.named_parameters() if not n.startswith("codec.")), options
