@@ -178,6 +178,11 @@ def test_finetune_command(tmp_path, monkeypatch, capsys):
     assert (out / "model" / converted_repo_higgs_v3.ORIGINAL_CHAT_TEMPLATE_FILE).read_text() == "{{ original }}"
     assert (out / "model" / "LICENSE").read_text() == "license text"
     assert not [p.name for p in out.iterdir() if "_converting_" in p.name or "_replaced_" in p.name]
+    from higgs_v3.export_higgs_v3 import export_to_original
+
+    export_to_original(out / "model", tmp_path / "exported")  # the tuned model in the original layout: its template
+    assert (tmp_path / "exported" / "chat_template.jinja").read_text() == "{{ original }}"
+    assert (tmp_path / "exported" / "LICENSE").read_text() == "license text"
 
     (data / "line9.wav").write_bytes((data / "line0.wav").read_bytes())  # no transcript
     assert cli_higgs_v3.main([*common, "--output", str(tmp_path / "bad")]) == 2
