@@ -763,6 +763,13 @@ def _one_line(error: BaseException) -> str:
     return message or type(error).__name__
 
 
+def _out_of_memory_hint(argv: list[str]) -> str:
+    """What to try after running out of memory, in the options of the command that ran (`argv[0]`)."""
+    if argv and argv[0] == "finetune":
+        return "try --batch-size 1, a smaller --max-seconds, --bf16, --gradient-checkpointing or --lora."
+    return "try --batch-size 1, a smaller --max-seconds or --dtype bfloat16."
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console script `higgs-v3`; returns the exit code (0 success, 2 user error, 1 unexpected failure)."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -797,8 +804,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         out_of_memory = type(error).__name__ == "OutOfMemoryError"
         if out_of_memory:
-            print(f"higgs-v3: error: out of memory ({_one_line(error)[:200]}); try --batch-size 1, a smaller "
-                  "--max-seconds or --dtype bfloat16.", file=sys.stderr)
+            print(f"higgs-v3: error: out of memory ({_one_line(error)[:200]}); {_out_of_memory_hint(argv)}",
+                  file=sys.stderr)
             return EXIT_ERROR
         print(f"higgs-v3: internal error: {type(error).__name__}: {_one_line(error)} (set HIGGS_V3_DEBUG=1 for the "
               "traceback)", file=sys.stderr)

@@ -41,7 +41,9 @@ import torch
 from transformers import PrinterCallback, TrainerCallback
 from transformers.utils import logging
 
+from .audio_io_higgs_v3 import atomic_output
 from .generation_higgs_v3 import MAX_POSITIONS
+from .output_folders_higgs_v3 import clean_stale_siblings, staging_folder, swap_into_place
 
 
 try:
@@ -265,17 +267,26 @@ class HiggsAudioV3CodesCache:
         return digest.hexdigest()[:32]
 
     def codes(self, key: str, encode: Callable[[], torch.LongTensor]) -> torch.LongTensor:
-        """The cached codes of `key`, or `encode()`'s, written to the cache."""
+        """The cached codes of `key`, or `encode()`'s, written to the cache (atomically: a killed run leaves the old
+        entry or none, never part of one). An entry that cannot be read (damaged, truncated, without `codes`) is
+        logged as a warning and encoded again."""
         from safetensors.torch import load_file, save_file
 
         path = self.directory / f"{key}.safetensors" if self.directory is not None else None
         if path is not None and path.is_file():
-            self.hits += 1
-            return load_file(str(path))["codes"]
+            try:
+                codes = load_file(str(path))["codes"]
+            except Exception as error:  # safetensors' SafetensorError for a damaged file, OSError, KeyError
+                reason = " ".join(str(error).split()) or type(error).__name__
+                logger.warning(f"The cached codes {str(path)!r} cannot be read ({reason}); encoding the clip again.")
+            else:
+                self.hits += 1
+                return codes
         codes = encode()
         self.encoded += 1
         if path is not None:
-            save_file({"codes": codes.contiguous()}, str(path))
+            with atomic_output(path) as temporary:
+                save_file({"codes": codes.contiguous()}, str(temporary))
         return codes
 
 
@@ -469,7 +480,10 @@ class FinetuneRun:
     The output folder receives Trainer's `checkpoint-N` folders (resumable), `adapter/` (LoRA only: the PEFT adapter,
     for `PeftModel.from_pretrained` on the base model), `model/` (the full model, LoRA merged: weights, remote code,
     tokenizer and processor, loadable with `trust_remote_code=True`; the folder `push_to_hub` uploads), `sample.wav`
-    (a short sample of the tuned model) and `codes_cache/` (the encoded clips)."""
+    (a short sample of the tuned model) and `codes_cache/` (the encoded clips). `adapter/` and `model/` are written in a
+    staging folder beside them and swapped into place whole (`output_folders_higgs_v3`); `model/` also gets the base
+    folder's `original_chat_template.jinja` and LICENSE / NOTICE files, so that `higgs-v3 export --to-original` of the
+    tuned model restores the original chat template."""
 
     data: str
     model: str
@@ -528,6 +542,8 @@ class FinetuneRun:
         from .modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
 
         model = HiggsAudioV3ForConditionalGeneration.from_pretrained(str(source), dtype=torch.float32)
+        if model.codec is not None and any(p.requires_grad for p in model.codec.parameters()):  # the model freezes it
+            raise RuntimeError("The codec's parameters require gradients after loading; it must stay frozen.")
         skipped: list[str] = []
         items = load_speech_items(self.data, skip_invalid=self.skip_invalid, skipped=skipped)
         dataset = prepare_examples(model, processor, items, cache_dir=output / "codes_cache",
@@ -578,10 +594,11 @@ class FinetuneRun:
             summary["eval_loss"] = trainer.evaluate()["eval_loss"]  # logged by `_Progress`
         model = model.eval()
         if self.lora:
-            model.save_pretrained(str(output / "adapter"))
-            summary["adapter"] = str(output / "adapter")
+            summary["adapter"] = str(_save_in_place(output / "adapter", lambda staging: model.save_pretrained(str(staging))))
             model = model.merge_and_unload()
-        summary["model"] = str(save_full_repo(model, processor, output / "model"))
+        summary["model"] = str(_save_in_place(
+            output / "model", lambda staging: save_full_repo(model, processor, staging, base=source)
+        ))
         summary["sample"] = self._sample(model, processor, items[0].text, output) if self.sample_seconds > 0 else None
         if self.push_to_hub:
             summary["pushed"] = self._push(output)
@@ -653,15 +670,42 @@ class _Progress(TrainerCallback):
             self.tqdm = None
 
 
-def save_full_repo(model, processor, folder: str | os.PathLike) -> Path:
+def save_full_repo(model, processor, folder: str | os.PathLike, base: str | os.PathLike | None = None) -> Path:
     """Save a (merged) model as a complete repo: weights, config, generation config and remote code
-    (`save_pretrained`), the tokenizer and processor files; checked as the converter checks its output."""
-    from .converted_repo_higgs_v3 import check_output_folder
+    (`save_pretrained`), the tokenizer and processor files; checked as the converter checks its output.
+
+    `base`, the folder of the model that was fine-tuned: its `original_chat_template.jinja` (the original ChatML
+    template the converter kept, which `higgs-v3 export --to-original` restores) and its LICENSE / NOTICE files are
+    copied along, when it has them."""
+    import shutil
+
+    from .converted_repo_higgs_v3 import LICENSE_FILE_PATTERN, ORIGINAL_CHAT_TEMPLATE_FILE, check_output_folder
 
     folder = Path(folder)
     model.save_pretrained(str(folder))
     processor.save_pretrained(str(folder))
+    if base is not None and Path(base).is_dir():
+        for path in sorted(Path(base).iterdir()):
+            if path.is_file() and (path.name == ORIGINAL_CHAT_TEMPLATE_FILE or LICENSE_FILE_PATTERN.match(path.name)):
+                shutil.copyfile(path, folder / path.name)
     check_output_folder(folder)
+    return folder
+
+
+def _save_in_place(folder: Path, save: Callable[[Path], object]) -> Path:
+    """Run `save(staging)` on a fresh staging folder beside `folder`, then swap it into place (see
+    `output_folders_higgs_v3`): a killed run leaves the previous `folder` (or none), never a half-written one; what a
+    dead run left beside it is cleaned first. A failed save removes its staging folder."""
+    import shutil
+
+    clean_stale_siblings(folder)
+    staging = staging_folder(folder)
+    try:
+        save(staging)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    swap_into_place(staging, folder)
     return folder
 
 

@@ -135,10 +135,29 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
         self.codebook_size = config.codebook_size
         self.codec = None
         if config.codec_config is not None:
-            self.codec = HiggsAudioV3Codec.from_codec_config(config.codec_config)
-            self.codec.requires_grad_(False)  # a fixed tokenizer: never trained (no optimizer sees its weights)
+            self.codec = HiggsAudioV3Codec.from_codec_config(config.codec_config)  # frozen by `post_init`
         self.post_init()
         self.generation_config = default_generation_config(config)
+
+    # *** Higgs v3 specific: the codec is frozen however the model was made. transformers (5.24) builds the parameters
+    # of a loaded model anew, after `__init__` froze them, so the freeze is repeated in `post_init` and once
+    # `from_pretrained` is done (the remote-code copy and `AutoModel` go through the same classmethod). ***
+    def post_init(self) -> None:
+        super().post_init()
+        self.freeze_codec()
+
+    def freeze_codec(self) -> None:
+        """`requires_grad=False` on every codec parameter (a fixed tokenizer: no optimizer may see its weights)."""
+        if getattr(self, "codec", None) is not None:
+            self.codec.requires_grad_(False)
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        """`PreTrainedModel.from_pretrained`, then `freeze_codec` (also with `output_loading_info=True`)."""
+        loaded = super().from_pretrained(*args, **kwargs)
+        (loaded[0] if isinstance(loaded, tuple) else loaded).freeze_codec()
+        return loaded
+    # *** end Higgs v3 specific ***
 
     # ------------------------------------------------------------------ embeddings
     def get_input_embeddings(self) -> nn.Embedding:

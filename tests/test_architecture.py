@@ -67,7 +67,8 @@ MAY_IMPORT: dict[str, set[str]] = {
         "tiny_higgs_v3",  # only inside the demo command `make-tiny --original`, see below
     },
     "finetune_higgs_v3": {
-        "converted_repo_higgs_v3", "generation_higgs_v3", "model_sources_higgs_v3", "modeling_higgs_v3",
+        "audio_io_higgs_v3", "converted_repo_higgs_v3", "generation_higgs_v3", "model_sources_higgs_v3",
+        "modeling_higgs_v3", "output_folders_higgs_v3",
     },
     # The test fixtures import the product, never the other way round.
     "tiny_higgs_v3": {

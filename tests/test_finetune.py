@@ -251,7 +251,6 @@ def test_prepare_examples_encodes_once_and_caches(tmp_path, processor, codec_mod
     again = prepare_examples(codec_model, processor, items, cache_dir=tmp_path / "cache")
     assert (again.encoded, again.cache_hits) == (0, 2)  # the second epoch / run never runs the codec
     assert all(torch.equal(a["audio_input_ids"], b["audio_input_ids"]) for a, b in zip(again, dataset))
-    assert not any(p.requires_grad for p in codec_model.codec.parameters())  # the codec is frozen in the model
     manifest = tmp_path / "m.jsonl"
     manifest.write_text(json.dumps({"audio": "data/b.wav", "text": "Line b.", "ref_audio": "data/a.wav",
                                     "ref_text": "Line a."}) + "\n", encoding="utf-8")
@@ -321,3 +320,117 @@ def test_memory_estimate_counts_match_the_models():
     parts = estimate_lora_memory(model.config, positions=100, rank=4, codec_parameters=10)
     assert parts["codec_fp32"] == 40 and parts["head_and_loss"] == 100 * 8 * 1026 * 14
     assert parts["total"] == sum(v for k, v in parts.items() if k != "total")
+
+
+# ---------------------------------------------------------------------------------------------- review fixes
+def test_codec_stays_frozen_through_save_and_from_pretrained(tmp_path, processor, codec_model):
+    """transformers rebuilds a loaded model's parameters after `__init__`: the codec is frozen again, in fp32 and
+    bf16 loads, with `output_loading_info=True` too, and in the repo's own code (`AutoModel`, trust_remote_code),
+    while the language model stays trainable."""
+    from transformers import AutoModel
+
+    from higgs_v3 import HiggsAudioV3ForConditionalGeneration
+    from higgs_v3.finetune_higgs_v3 import save_full_repo
+
+    assert not any(p.requires_grad for p in codec_model.codec.parameters())
+    folder = save_full_repo(codec_model, processor, tmp_path / "saved")
+    remote = AutoModel.from_pretrained(folder, trust_remote_code=True)
+    assert type(remote).__module__.startswith("transformers_modules.")
+    assert not any(p.requires_grad for p in remote.codec.parameters())
+    for options in ({}, {"dtype": torch.bfloat16}, {"output_loading_info": True}):
+        loaded = HiggsAudioV3ForConditionalGeneration.from_pretrained(folder, **options)
+        loaded = loaded[0] if isinstance(loaded, tuple) else loaded
+        assert not any(p.requires_grad for p in loaded.codec.parameters()), options
+        assert all(p.requires_grad for n, p in loaded.named_parameters() if not n.startswith("codec.")), options
+        assert all(p.dtype == torch.float32 for p in loaded.codec.parameters()), options
+
+
+def test_codes_cache_writes_atomically_and_re_encodes_a_damaged_entry(tmp_path, caplog, monkeypatch):
+    import safetensors.torch
+
+    from higgs_v3.finetune_higgs_v3 import HiggsAudioV3CodesCache
+
+    cache, codes, calls = HiggsAudioV3CodesCache(tmp_path / "cache"), random_codes(5, 7), []
+
+    def encode():
+        calls.append(1)
+        return codes
+
+    def broken_save(tensors, filename):  # dies half way through the file, as a kill or a full disk would
+        with open(filename, "wb") as file:
+            file.write(b"\x10\x00\x00")
+        raise OSError("No space left on device")
+
+    real_save = safetensors.torch.save_file
+    monkeypatch.setattr(safetensors.torch, "save_file", broken_save)
+    with pytest.raises(OSError, match="No space left on device"):
+        cache.codes("k", encode)
+    assert list((tmp_path / "cache").iterdir()) == []  # no partial entry, no temporary file
+    monkeypatch.setattr(safetensors.torch, "save_file", real_save)
+
+    assert torch.equal(cache.codes("k", encode), codes) and (cache.encoded, cache.hits) == (2, 0)
+    entry = tmp_path / "cache" / "k.safetensors"
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == ["k.safetensors"]
+    assert torch.equal(cache.codes("k", encode), codes) and (cache.encoded, cache.hits, len(calls)) == (2, 1, 2)
+
+    entry.write_bytes(entry.read_bytes()[:20])  # truncated by an older run killed while writing
+    with caplog.at_level(logging.WARNING, logger="higgs_v3.finetune_higgs_v3"):
+        assert torch.equal(cache.codes("k", encode), codes)
+    assert (cache.encoded, cache.hits) == (3, 1)
+    assert f"The cached codes {str(entry)!r} cannot be read (" in caplog.text and "encoding the clip again" in caplog.text
+    assert torch.equal(safetensors.torch.load_file(str(entry))["codes"], codes)  # rewritten whole
+    assert torch.equal(cache.codes("k", encode), codes) and (cache.encoded, cache.hits) == (3, 2)
+
+
+def test_tuned_model_folder_is_written_whole_with_the_original_template(tmp_path, processor):
+    """`save_full_repo(..., base=)` copies the base's original_chat_template.jinja and LICENSE / NOTICE files (so that
+    `export --to-original` of a tuned model restores the original template); `_save_in_place` writes into a staging
+    folder and swaps it in: a failed save leaves the previous folder untouched and no staging folder behind."""
+    from higgs_v3.converted_repo_higgs_v3 import ORIGINAL_CHAT_TEMPLATE_FILE
+    from higgs_v3.finetune_higgs_v3 import _save_in_place, save_full_repo
+
+    base = tmp_path / "base"
+    base.mkdir()
+    (base / ORIGINAL_CHAT_TEMPLATE_FILE).write_text("{{ original }}", encoding="utf-8")
+    (base / "LICENSE").write_text("license text", encoding="utf-8")
+    (base / "NOTICE.md").write_text("notice text", encoding="utf-8")
+    (base / "README.md").write_text("not copied", encoding="utf-8")
+    model, folder = tiny_model(), tmp_path / "out" / "model"
+    folder.parent.mkdir()
+    _save_in_place(folder, lambda staging: save_full_repo(model, processor, staging, base=base))
+    assert (folder / ORIGINAL_CHAT_TEMPLATE_FILE).read_text(encoding="utf-8") == "{{ original }}"
+    assert (folder / "LICENSE").read_text() == "license text" and (folder / "NOTICE.md").read_text() == "notice text"
+    assert not (folder / "README.md").exists() and (folder / "model.safetensors").is_file()
+    assert sorted(p.name for p in folder.parent.iterdir()) == ["model"]  # staging folder renamed, owner file gone
+    assert not (folder / ".higgs_v3_owner.json").exists()
+
+    def dies(staging):
+        (staging / "model.safetensors").write_bytes(b"half")
+        raise KeyboardInterrupt
+
+    before = (folder / "model.safetensors").read_bytes()
+    with pytest.raises(KeyboardInterrupt):
+        _save_in_place(folder, dies)
+    assert (folder / "model.safetensors").read_bytes() == before
+    assert sorted(p.name for p in folder.parent.iterdir()) == ["model"]
+
+    without = tmp_path / "plain"
+    save_full_repo(model, processor, without, base=tmp_path / "out")  # a base without them: nothing copied
+    assert not (without / ORIGINAL_CHAT_TEMPLATE_FILE).exists() and not (without / "LICENSE").exists()
+
+
+def test_finetune_out_of_memory_hint_names_finetune_options(monkeypatch, capsys, tmp_path):
+    from higgs_v3 import cli_higgs_v3
+
+    class OutOfMemoryError(RuntimeError):  # torch.OutOfMemoryError is matched by name
+        pass
+
+    def out_of_memory(args):
+        raise OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(cli_higgs_v3, "cmd_finetune", out_of_memory)
+    assert cli_higgs_v3.main(["finetune", "--data", str(tmp_path), "--output", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err == (
+        "higgs-v3: error: out of memory (CUDA out of memory. Tried to allocate 2.00 GiB); try --batch-size 1, a "
+        "smaller --max-seconds, --bf16, --gradient-checkpointing or --lora.\n"
+    )

@@ -133,11 +133,21 @@ def test_finetune_command(tmp_path, monkeypatch, capsys):
     progress lines with the loss and the held-out loss, checkpoints, the tuned model and adapter, a sample;
     --push-to-hub uploads the folder checked here (the merged repo, or the adapter with --push-adapter, after a resumed
     run); bad data is one line naming the item, or skipped and counted with --skip-invalid (a bf16 run with gradient
-    checkpointing)."""
+    checkpointing). Only the LoRA parameters are trained (the codec stays frozen through `from_pretrained`); `model/`
+    and `adapter/` are swapped into place whole, and `model/` carries the base's original chat template and LICENSE."""
+    import shutil
+
     import numpy as np
     import soundfile
 
-    from higgs_v3 import cli_higgs_v3, converted_repo_higgs_v3
+    from higgs_v3 import HiggsAudioV3Config, cli_higgs_v3, converted_repo_higgs_v3
+    from higgs_v3.finetune_higgs_v3 import lora_parameter_count
+    from higgs_v3.model_sources_higgs_v3 import ensure_tiny_random
+
+    base = tmp_path / "base"  # the tiny random model, with what a converted original repo carries besides
+    shutil.copytree(ensure_tiny_random(), base)
+    (base / converted_repo_higgs_v3.ORIGINAL_CHAT_TEMPLATE_FILE).write_text("{{ original }}", encoding="utf-8")
+    (base / "LICENSE").write_text("license text", encoding="utf-8")
 
     data = tmp_path / "data"
     data.mkdir()
@@ -149,11 +159,13 @@ def test_finetune_command(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(converted_repo_higgs_v3, "push_folder_to_hub",
                         lambda folder, repo_id, **kw: pushed.append((folder, repo_id)) or f"https://hub/{repo_id}")
     out = tmp_path / "out"
-    common = ["finetune", "--data", str(data), "--model", "tiny-random", "--output", str(out), "--lora",
+    common = ["finetune", "--data", str(data), "--model", str(base), "--output", str(out), "--lora",
               "--learning-rate", "1e-2", "--held-out", "0.34", "--save-steps", "2", "--device", "cpu"]
     assert cli_higgs_v3.main([*common, "--max-steps", "4", "--epochs", "1", "--push-to-hub", "me/tuned"]) == 0
     captured = capsys.readouterr()
     assert "2 training and 1 held-out examples (3 clips encoded, 0 from the cache)" in captured.err
+    lora = lora_parameter_count(HiggsAudioV3Config.from_pretrained(base), rank=16)
+    assert f"Training {lora:,} of " in captured.err  # no codec parameter
     assert "step 4/4: loss " in captured.err and "held-out loss " in captured.err
     assert f"Sample: 'Line number 0.' -> {out / 'sample.wav'} (" in captured.err
     assert captured.out.startswith("Fine-tuned 4 steps in ") and "pushed https://hub/me/tuned" in captured.out
@@ -163,6 +175,14 @@ def test_finetune_command(tmp_path, monkeypatch, capsys):
     config = json.loads((out / "model" / "config.json").read_text())
     assert config["auto_map"]["AutoModel"].endswith("HiggsAudioV3ForConditionalGeneration")
     assert (out / "model" / "processor_config.json").is_file() and (out / "model" / "tokenizer.json").is_file()
+    assert (out / "model" / converted_repo_higgs_v3.ORIGINAL_CHAT_TEMPLATE_FILE).read_text() == "{{ original }}"
+    assert (out / "model" / "LICENSE").read_text() == "license text"
+    assert not [p.name for p in out.iterdir() if "_converting_" in p.name or "_replaced_" in p.name]
+    from higgs_v3.export_higgs_v3 import export_to_original
+
+    export_to_original(out / "model", tmp_path / "exported")  # the tuned model in the original layout: its template
+    assert (tmp_path / "exported" / "chat_template.jinja").read_text() == "{{ original }}"
+    assert (tmp_path / "exported" / "LICENSE").read_text() == "license text"
 
     (data / "line9.wav").write_bytes((data / "line0.wav").read_bytes())  # no transcript
     assert cli_higgs_v3.main([*common, "--output", str(tmp_path / "bad")]) == 2
