@@ -51,6 +51,22 @@ def model() -> HiggsAudioV3ForConditionalGeneration:
     return tiny_model()
 
 
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    """The tiny tokenizer (the real added tokens, in the real order), for tests that build prompts."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_higgs_v3.write_tiny_tokenizer(tmp_path_factory.mktemp("tokenizer")))
+
+
+@pytest.fixture(scope="module")
+def processor(tokenizer):
+    """A processor over the tiny tokenizer with the real audio constants (test modules may define their own)."""
+    from higgs_v3 import HiggsAudioV3Processor
+
+    return HiggsAudioV3Processor(tokenizer)
+
+
 @pytest.fixture(scope="session")
 def second_import():
     """This package imported a second time under another name, as `trust_remote_code=True` imports a repo's copy of

@@ -11,31 +11,19 @@ import numpy as np
 import pytest
 import soundfile
 import torch
-from transformers import AutoTokenizer, LogitsProcessor
+from transformers import LogitsProcessor
 
 from conftest import tiny_model
-from higgs_v3 import HiggsAudioV3Processor
 from higgs_v3.audio_io_higgs_v3 import HiggsAudioV3Voice
 from higgs_v3.finetune_higgs_v3 import (
     HiggsAudioV3DataCollator,
     load_speech_items,
     prepare_examples,
 )
-from higgs_v3.tiny_higgs_v3 import write_tiny_tokenizer
 from oracles import AUDIO, BOC, EOC, NUM_CODEBOOKS, PAD, PLACEHOLDER, REF_AUDIO, REF_TEXT, TEXT, TTS, delayed_by_loop
 
 
 C = NUM_CODEBOOKS
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory):
-    return AutoTokenizer.from_pretrained(write_tiny_tokenizer(tmp_path_factory.mktemp("tokenizer")))
-
-
-@pytest.fixture(scope="module")
-def processor(tokenizer):
-    return HiggsAudioV3Processor(tokenizer)
 
 
 def random_codes(frames: int, seed: int) -> torch.Tensor:

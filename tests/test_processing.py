@@ -20,29 +20,17 @@ import numpy as np
 import pytest
 import torch
 from oracles import NUM_CODEBOOKS, delayed_by_loop
-from transformers import AutoTokenizer
 
 from higgs_v3 import processing_higgs_v3
 from higgs_v3.audio_io_higgs_v3 import HiggsAudioV3Voice
 from higgs_v3.configuration_higgs_v3 import HiggsAudioV3Config
 from higgs_v3.processing_higgs_v3 import HiggsAudioV3Processor
-from higgs_v3.tiny_higgs_v3 import write_tiny_tokenizer
 
 
 C = NUM_CODEBOOKS
 
 
 # ----------------------------------------------------------------------------------------------------- fixtures
-@pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory):
-    return AutoTokenizer.from_pretrained(write_tiny_tokenizer(tmp_path_factory.mktemp("tokenizer")))
-
-
-@pytest.fixture(scope="module")
-def processor(tokenizer):
-    return HiggsAudioV3Processor(tokenizer)
-
-
 @pytest.fixture(scope="module")
 def second_audio_io(second_import):
     """`audio_io_higgs_v3` from a second import of the package (conftest's `second_import`)."""
