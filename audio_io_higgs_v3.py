@@ -19,6 +19,7 @@ it; the functions that need it say what to install.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import re
@@ -59,10 +60,17 @@ AUDIO_OUTPUT_SUFFIXES: tuple[str, ...] = (".wav", ".flac", ".ogg", ".mp3", ".aif
 MAX_VOICE_JSON_BYTES: int = 8 * 1024 * 1024
 """A `.json` voice file larger than this is refused before it is read (a 100 s voice takes about 0.2 MB)."""
 
+REFERENCE_URL_TIMEOUT: float = 30.0
+"""Seconds a reference clip's URL may take per network operation (connect, each read) before it is refused."""
+
+MAX_REFERENCE_URL_BYTES: int = 64 * 1024 * 1024
+"""A reference clip's URL serving more bytes than this is refused (100 s of 48 kHz stereo float WAV is 38 MB)."""
+
 _MAX_JSON_DEPTH = 4  # a voice record is {"codes": [[...]]}: anything nested deeper is not a voice
 
 AudioLike = str | os.PathLike | np.ndarray | torch.Tensor
-"""A reference clip: a file path (wav/flac/ogg/... via libsndfile), or samples as a numpy array or torch tensor."""
+"""A reference clip: a file path (wav/flac/ogg/... via libsndfile), an `http(s)://` URL of such a file, or samples as a
+numpy array or torch tensor."""
 
 # Integer PCM formats and their full scale (the value that maps to 1.0).
 _PCM_FULL_SCALE: dict[np.dtype, float] = {
@@ -73,10 +81,10 @@ _PCM_FULL_SCALE: dict[np.dtype, float] = {
 
 
 # --------------------------------------------------------------------------------------------------- reference audio
-def _unreadable_audio(path: str | os.PathLike, error: BaseException) -> ValueError:
+def _unreadable_audio(path: str | os.PathLike, error: BaseException, kind: str = "file") -> ValueError:
     reason = " ".join(str(error).split()) or type(error).__name__
     return ValueError(
-        f"Could not read reference audio file {str(path)!r} ({reason}); accepted are the formats libsndfile reads, e.g. "
+        f"Could not read reference audio {kind} {str(path)!r} ({reason}); accepted are the formats libsndfile reads, e.g. "
         "wav, flac and ogg."
     )
 
@@ -90,27 +98,78 @@ def _read_audio_file(path: str | os.PathLike, max_seconds: float = MAX_REFERENCE
         raise IsADirectoryError(f"Reference audio file {str(path)!r} is a folder; give an audio file (wav, flac, ogg).")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"Reference audio file {str(path)!r} does not exist.")
+    return _decode_audio(os.fspath(path), path, "file", max_seconds)
+
+
+def _decode_audio(source, name: str | os.PathLike, kind: str, max_seconds: float) -> tuple[np.ndarray, int]:
+    """Decode a file path or an in-memory file (`io.BytesIO`) with soundfile, refusals naming the reference audio
+    `kind` ("file" or "URL") `name`: the header first (length, rate, channels), then the samples."""
+    label = f"Reference audio {kind} {str(name)!r}"
     try:
-        info = soundfile.info(os.fspath(path))
+        info = soundfile.info(source)
     except Exception as error:  # soundfile raises LibsndfileError (a RuntimeError) or TypeError for non-audio files
-        raise _unreadable_audio(path, error) from error
+        raise _unreadable_audio(name, error, kind) from error
     if info.samplerate <= 0 or info.channels <= 0:
-        raise ValueError(f"Reference audio file {str(path)!r} has {info.samplerate} Hz and {info.channels} channels in "
-                         "its header; it is damaged.")
+        raise ValueError(f"{label} has {info.samplerate} Hz and {info.channels} channels in its header; it is damaged.")
     if info.frames > max_seconds * info.samplerate:
         raise ValueError(
-            f"Reference audio file {str(path)!r} is {info.frames / info.samplerate:.2f} s long ({info.frames} samples "
+            f"{label} is {info.frames / info.samplerate:.2f} s long ({info.frames} samples "
             f"at {info.samplerate} Hz); the longest accepted is {max_seconds:g} s. Trim it: 5 to 30 s of clean speech "
             "is enough to clone a voice."
         )
+    if isinstance(source, io.IOBase):
+        source.seek(0)
     try:
-        samples, file_rate = soundfile.read(os.fspath(path), dtype="float32", always_2d=True)  # [N, channels]
+        samples, file_rate = soundfile.read(source, dtype="float32", always_2d=True)  # [N, channels]
     except Exception as error:  # a header that reads but a body that does not (truncated, corrupt)
-        raise _unreadable_audio(path, error) from error
+        raise _unreadable_audio(name, error, kind) from error
     truncation = _truncation(info, samples.shape[0])
     if truncation is not None:
-        raise ValueError(f"Reference audio file {str(path)!r} is truncated: {truncation}. Export the clip again.")
+        raise ValueError(f"{label} is truncated: {truncation}. Export the clip again.")
     return np.ascontiguousarray(samples.T), int(file_rate)
+
+
+def is_audio_url(value) -> bool:
+    """Whether a reference is an `http://` or `https://` address (fetched by `prepare_reference_waveform`)."""
+    return isinstance(value, str) and value.strip().lower().startswith(("http://", "https://"))
+
+
+def _read_audio_url(
+    url: str, max_seconds: float = MAX_REFERENCE_SECONDS, timeout: float | None = None, max_bytes: int | None = None
+) -> tuple[np.ndarray, int]:
+    """Fetch `url` (at most `REFERENCE_URL_TIMEOUT` seconds per network operation, at most `MAX_REFERENCE_URL_BYTES`
+    bytes, read into memory: nothing is written to disk) and decode it as `_read_audio_file` decodes a file.
+    Refusals are one-line `ValueError`s naming the URL: unreachable (with the reason), too large, not audio."""
+    import http.client
+    import urllib.error
+    import urllib.request
+
+    if soundfile is None:
+        raise ImportError("Reading audio files needs the `soundfile` package: run `pip install soundfile`.")
+    timeout = REFERENCE_URL_TIMEOUT if timeout is None else timeout
+    max_bytes = MAX_REFERENCE_URL_BYTES if max_bytes is None else max_bytes
+    too_large = (
+        f"Reference audio URL {url!r} serves more than {max_bytes} bytes ({max_bytes / 2**20:g} MiB, the most "
+        f"fetched); a reference clip needs no more than 30 s of clean speech: download it, trim it and pass the file."
+    )
+    request = urllib.request.Request(url.strip(), headers={"User-Agent": "higgs-v3"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - http(s) only, checked above
+            declared = response.headers.get("Content-Length", "")
+            if declared.isdigit() and int(declared) > max_bytes:
+                raise ValueError(too_large)
+            data = response.read(max_bytes + 1)
+    except urllib.error.HTTPError as error:
+        raise ValueError(f"Could not fetch reference audio URL {url!r} (HTTP {error.code} {error.reason}); check the "
+                         "address, or download the clip and pass its file path.") from None
+    except (urllib.error.URLError, http.client.HTTPException, OSError) as error:
+        reason = getattr(error, "reason", None) or error
+        reason = " ".join(str(reason).split()) or type(error).__name__
+        raise ValueError(f"Could not fetch reference audio URL {url!r} ({reason}); check the address and the network, "
+                         "or download the clip and pass its file path.") from None
+    if len(data) > max_bytes:
+        raise ValueError(too_large)
+    return _decode_audio(io.BytesIO(data), url, "URL", max_seconds)
 
 
 # libsndfile's log of a sample chunk larger than the file: WAV/RF64 `data`, AIFF `SSND`, AU `Data Size`, W64 `riff`.
@@ -167,7 +226,8 @@ def prepare_reference_waveform(
     """Load and validate a reference clip; return the 24 kHz mono float32 waveform `[N]` the codec encodes.
 
     Args:
-        audio: a file path (read with soundfile: wav, flac, ogg, ...), or samples as a numpy array / torch tensor of
+        audio: a file path (read with soundfile: wav, flac, ogg, ...), an `http(s)://` URL of such a file (fetched into
+            memory, see `REFERENCE_URL_TIMEOUT` and `MAX_REFERENCE_URL_BYTES`), or samples as a numpy array / torch tensor of
             shape `[N]`, `[channels, N]` or `[N, channels]` (the shorter axis of a 2-D array is the channel axis).
             Integer PCM (int8/uint8/int16/int32) is scaled to [-1, 1]; floats are expected in [-1, 1].
         sampling_rate: sample rate of `audio` in Hz. Required for arrays; for files it is read from the file (a
@@ -181,11 +241,20 @@ def prepare_reference_waveform(
         `torch.FloatTensor` of shape `[max(N', ceil(min_seconds * target_sampling_rate))]`, N' the resampled length.
 
     Raises:
-        ValueError: unreadable file, missing or invalid `sampling_rate`, unsupported dtype or shape, empty clip, NaN
+        ValueError: unreadable file, unreachable / too large URL, missing or invalid `sampling_rate`, unsupported dtype or shape, empty clip, NaN
             or infinite samples, clip longer than `max_seconds`.
     """
     label = "Reference audio"  # named in every refusal below; a file by its path
-    if isinstance(audio, (str, os.PathLike)):
+    if is_audio_url(audio):
+        label = f"Reference audio URL {audio!r}"
+        samples, file_rate = _read_audio_url(audio, max_seconds)
+        if sampling_rate is not None and sampling_rate != file_rate:
+            raise ValueError(
+                f"sampling_rate={sampling_rate} was given but {audio!r} is sampled at {file_rate} Hz; leave "
+                "sampling_rate unset for URLs (it is read from the file)."
+            )
+        sampling_rate = file_rate
+    elif isinstance(audio, (str, os.PathLike)):
         label = f"Reference audio file {str(audio)!r}"
         samples, file_rate = _read_audio_file(audio, max_seconds)
         if sampling_rate is not None and sampling_rate != file_rate:
@@ -206,7 +275,8 @@ def prepare_reference_waveform(
         samples = _to_channels_first(_to_float_samples(np.asarray(audio)))
     else:
         raise ValueError(
-            f"Reference audio must be a file path, a numpy array or a torch tensor; got {type(audio).__name__}."
+            f"Reference audio must be a file path, an http(s) URL, a numpy array or a torch tensor; got "
+            f"{type(audio).__name__}."
         )
     if isinstance(sampling_rate, bool) or not isinstance(sampling_rate, (int, np.integer)) or sampling_rate <= 0:
         raise ValueError(f"sampling_rate must be a positive integer number of Hz, got {sampling_rate!r}.")
@@ -574,10 +644,13 @@ def _read_json_voice(path: Path, max_seconds: float) -> tuple[dict, torch.Tensor
 
 __all__ = [
     "AUDIO_OUTPUT_SUFFIXES",
+    "MAX_REFERENCE_URL_BYTES",
     "MAX_VOICE_JSON_BYTES",
+    "REFERENCE_URL_TIMEOUT",
     "VOICE_FILE_SUFFIXES",
     "atomic_output",
     "check_audio_output",
+    "is_audio_url",
     "MAX_REFERENCE_SECONDS",
     "MIN_REFERENCE_SECONDS",
     "AudioLike",

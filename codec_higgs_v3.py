@@ -121,6 +121,33 @@ def resample_audio(waveform: torch.Tensor, orig_sr: int, target_sr: int) -> torc
     return interleaved[:, :target_length].reshape(*waveform.shape[:-1], -1)  # [..., M]
 
 
+def codec_num_frames(num_samples: int, codec_config: dict | HiggsAudioV2TokenizerConfig) -> int:
+    """Frames the codec's `encode` returns for `num_samples` samples at its `sample_rate`, without a codec (a pure
+    function of the config, a `HiggsAudioV2TokenizerConfig` or its dict, e.g. `REAL_CODEC_CONFIG`), as CSM's processor
+    counts audio tokens: the processor lays out a clip's placeholders with it, `HiggsAudioV3Codec.num_frames` is it.
+
+    The semantic branch sets the count: the clip resampled to `semantic_sample_rate` (`resampled_length`), padded by
+    `downsample_factor // 2` on each side, through HuBERT's convolutions (`conv_kernel`, `conv_stride`), every
+    `semantic_downsample_factor`-th frame kept. For the real codec `floor((ceil(2 * N / 3) + 560) / 640)`: 25 frames
+    for 24000 samples. `encode` refuses fewer than `hop_length` samples; the count is given for any `N >= 0`.
+    """
+    if isinstance(codec_config, dict):
+        semantic = codec_config["semantic_model_config"]
+        kernels, strides = semantic["conv_kernel"], semantic["conv_stride"]
+        sample_rate, semantic_rate = codec_config["sample_rate"], codec_config["semantic_sample_rate"]
+        factor = codec_config["downsample_factor"]
+        hop_length = math.prod(codec_config["acoustic_model_config"]["downsampling_ratios"])
+    else:
+        kernels, strides = codec_config.semantic_model_config.conv_kernel, codec_config.semantic_model_config.conv_stride
+        sample_rate, semantic_rate = codec_config.sample_rate, codec_config.semantic_sample_rate
+        factor, hop_length = codec_config.downsample_factor, codec_config.hop_length
+    keep_every = max(1, int(hop_length / (sample_rate / semantic_rate) / factor))  # `semantic_downsample_factor`
+    length = resampled_length(int(num_samples), sample_rate, semantic_rate) + 2 * (factor // 2)  # padded HuBERT input
+    for kernel, stride in zip(kernels, strides):
+        length = (length - kernel) // stride + 1  # HuBERT frames after each convolution
+    return max(0, math.ceil(length / keep_every))
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # *** Higgs Audio v2 specific *** the residual VQ projects the 1024-wide features to the 64-wide codebooks and back
 # (X-Codec's quantizer has no projections). Same names as transformers' `HiggsAudioV2TokenizerVectorQuantization`.
@@ -229,13 +256,8 @@ class HiggsAudioV3Codec(XcodecModel):
         return self.config.num_quantizers
 
     def num_frames(self, num_samples: int) -> int:
-        """Frames `encode` returns for `num_samples` samples: the length of the semantic branch (see the class doc)."""
-        length = math.ceil(num_samples * self.config.semantic_sample_rate / self.config.sample_rate)  # 16 kHz samples
-        length += 2 * (self.config.downsample_factor // 2)  # HuBERT input padding
-        semantic = self.config.semantic_model_config
-        for kernel, stride in zip(semantic.conv_kernel, semantic.conv_stride):
-            length = (length - kernel) // stride + 1  # HuBERT frames
-        return math.ceil(length / max(1, self.config.semantic_downsample_factor))
+        """Frames `encode` returns for `num_samples` samples: `codec_num_frames(num_samples, self.config)`."""
+        return codec_num_frames(num_samples, self.config)
 
     # ------------------------------------------------------------------ encode / decode
     def _extract_semantic_features(self, input_values: torch.Tensor) -> torch.Tensor:
@@ -391,6 +413,7 @@ __all__ = [
     "RESAMPLE_LOWPASS_FILTER_WIDTH",
     "RESAMPLE_ROLLOFF",
     "build_codec_config",
+    "codec_num_frames",
     "resample_audio",
     "resample_kernel",
     "resampled_length",

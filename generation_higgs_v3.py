@@ -340,6 +340,8 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         output_audio: bool | None = None,
         max_positions: int | None = MAX_POSITIONS,
         monitor_progress: bool = False,
+        reference_audio: torch.Tensor | None = None,
+        reference_audio_lengths: torch.LongTensor | None = None,
         **kwargs,
     ) -> HiggsAudioV3GenerationOutput | torch.LongTensor:
         r"""
@@ -349,6 +351,10 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
             input_ids (`[batch, length]`): left-padded prompts; reference placeholders (`config.audio_placeholder_id`)
                 take the rows of `audio_input_ids`.
             audio_input_ids / audio_input_ids_mask: the delayed reference rows, as in `forward`.
+            reference_audio (`[K, S]`, float32) / reference_audio_lengths (`[K]`): the waveforms of reference clips
+                and their lengths in samples, as the processor returns them for `reference=clip`; each clip is encoded
+                once with the model's codec before the decoding loop and fills the rows the processor marked for it
+                (`merge_reference_clips`), so the speech equals that of `reference=model.encode_reference(clip)`.
             attention_mask (`[batch, length]`): 0 on left padding (all ones when omitted).
             generation_config / kwargs: `do_sample`, `temperature`, `top_k`, `top_p`, `min_p`, `max_new_tokens` (audio
                 rows, default `MAX_NEW_TOKENS` = 2048), `use_cache`, `cache_implementation`, `return_dict_in_generate`,
@@ -388,6 +394,9 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
                 "converted checkpoint that includes it, or leave output_audio unset to get codes."
             )
         generation_config, model_kwargs, warpers, return_dict = self._audio_generation_config(generation_config, kwargs)
+        audio_input_ids, audio_input_ids_mask = self._reference_clip_rows(
+            audio_input_ids, audio_input_ids_mask, reference_audio, reference_audio_lengths
+        )
         num_codebooks = self.config.num_codebooks
         batch_size, prompt_length = input_ids.shape
         self._limit_positions(generation_config, prompt_length, max_positions)
@@ -433,6 +442,30 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         if input_ids is None or input_ids.dim() != 2:
             shape = None if input_ids is None else tuple(input_ids.shape)
             raise ValueError(f"generate() needs input_ids of shape [batch, length], got {shape}.")
+
+    def _reference_clip_rows(
+        self,
+        audio_input_ids: torch.LongTensor | None,
+        audio_input_ids_mask: torch.Tensor | None,
+        reference_audio: torch.Tensor | None,
+        reference_audio_lengths: torch.LongTensor | None,
+    ) -> tuple[torch.LongTensor | None, torch.Tensor | None]:
+        """The reference rows with the processor's clips encoded in (`merge_reference_clips`, once per call, before
+        the loop), or as given without clips; rows marked for clips without `reference_audio` are refused."""
+        if reference_audio is not None:
+            rows = self.merge_reference_clips(audio_input_ids, reference_audio, reference_audio_lengths, audio_input_ids_mask)
+            return rows, None
+        if reference_audio_lengths is not None:
+            raise ValueError("reference_audio_lengths was given without reference_audio; pass the processor's whole "
+                             "output (model.generate(**inputs)).")
+        if audio_input_ids is not None and audio_input_ids.numel() and not torch.compiler.is_compiling():
+            if bool((audio_input_ids < 0).any()):  # one host read per call
+                raise ValueError(
+                    "audio_input_ids has rows marked for reference clips (negative values) but no reference_audio was "
+                    "given; pass the processor's whole output (model.generate(**inputs)): the clips' waveforms are in "
+                    "reference_audio and reference_audio_lengths."
+                )
+        return audio_input_ids, audio_input_ids_mask
 
     def _check_speech_prompts(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None) -> None:
         """Refuse `input_ids` that are not TTS prompts (`<|tts|> ... <|text|> ... <|audio|>`, left padded): plain

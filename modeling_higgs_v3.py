@@ -247,6 +247,69 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
         codes = codec.encode_waveform(waveform)  # [T, C]
         return HiggsAudioV3Voice(codes=codes, text=text, sampling_rate=spec.sampling_rate, frame_rate=spec.frame_rate)
 
+    def merge_reference_clips(
+        self,
+        audio_input_ids: torch.LongTensor | None,
+        reference_audio: torch.Tensor,
+        reference_audio_lengths: torch.LongTensor | list[int] | None = None,
+        audio_input_ids_mask: torch.Tensor | None = None,
+    ) -> torch.LongTensor:
+        r"""The reference rows with the processor's clips encoded in (as CSM's `_merge_input_ids_with_input_values`):
+        each clip is encoded alone at its own length with the codec (exactly `encode_reference(clip).codes`), delayed,
+        and written into the rows the processor marked for it, in placeholder order.
+
+        Args:
+            audio_input_ids: `[N, num_codebooks]` (or `[batch, rows, num_codebooks]` with `audio_input_ids_mask`), the
+                rows of clip `k` holding the mark `-1 - k` (`HiggsAudioV3Processor` lays them out).
+            reference_audio: `[K, S]` float32 waveforms at `config.sampling_rate`, right padded (`[S]` for one clip).
+            reference_audio_lengths: `[K]` samples of each clip (None: all `S`).
+
+        Returns:
+            `[N, num_codebooks]` rows on `audio_input_ids`' device. Called once per `generate`, before the decoding loop.
+        """
+        codec = self._require_codec("Encoding reference clips")
+        spec = self.config.audio_spec
+        if audio_input_ids is None:
+            raise ValueError(
+                "reference_audio was given without audio_input_ids; pass the processor's whole output "
+                "(model.generate(**inputs)): its audio_input_ids hold the rows the clips fill."
+            )
+        rows = self._flat_reference_rows(audio_input_ids, audio_input_ids_mask)  # [N, C]
+        audio = torch.as_tensor(reference_audio)
+        audio = audio[None] if audio.dim() == 1 else audio  # [K, S]
+        if audio.dim() != 2 or audio.shape[0] == 0:
+            raise ValueError(f"reference_audio must be [clips, samples] waveforms, got shape {tuple(audio.shape)}.")
+        if audio.dtype not in (torch.float32, torch.float64):
+            raise ValueError(
+                f"reference_audio has dtype {audio.dtype}; the codec encodes float32 waveforms (a lower precision copy "
+                "changes the clip's codes). Pass the processor's output as it is (its .to() keeps reference_audio "
+                "float32)."
+            )
+        num_clips, num_samples = audio.shape
+        lengths = [num_samples] * num_clips if reference_audio_lengths is None else torch.as_tensor(
+            reference_audio_lengths).flatten().tolist()
+        if len(lengths) != num_clips or not all(0 < n <= num_samples for n in lengths):
+            raise ValueError(
+                f"reference_audio_lengths {lengths} must give 1..{num_samples} samples for each of the {num_clips} "
+                "clips of reference_audio."
+            )
+        delayed = [spec.delay(codec.encode_waveform(audio[k, :n])) for k, n in enumerate(lengths)]  # K x [T_k + C - 1, C]
+        marked = rows[:, 0] < 0  # [N] the clips' rows
+        clip_of_row = -1 - rows[marked, 0]  # [M] clip k of each marked row, in placeholder order
+        counts = torch.bincount(clip_of_row.cpu(), minlength=num_clips).tolist() if clip_of_row.numel() else [0] * num_clips
+        expected = [d.shape[0] for d in delayed]
+        if counts != expected:
+            raise ValueError(
+                f"audio_input_ids marks {counts} rows for the {num_clips} reference clip(s), but this model's codec "
+                f"encodes them to {expected} rows: the processor did not count the frames of this model's codec. Use "
+                "the processor saved with this model, or HiggsAudioV3Processor.from_model_config(tokenizer, "
+                "model.config)."
+            )
+        positions = torch.nonzero(marked).flatten()[torch.argsort(clip_of_row, stable=True)]  # rows of clip 0, 1, ...
+        rows = rows.clone()
+        rows[positions] = torch.cat(delayed).to(device=rows.device, dtype=rows.dtype)
+        return rows
+
     def encode_target(
         self, audio: AudioLike, sampling_rate: int | None = None, max_seconds: float | None = None
     ) -> torch.LongTensor:
@@ -476,6 +539,14 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
         # *** Higgs v3 generation specific: set by `prepare_inputs_for_generation` only (see `_codebook_rows`) ***
         codebook_rows = kwargs.pop("_codebook_rows", False)
         # *** end Higgs v3 generation specific ***
+        # *** reference clips (the processor's `reference_audio`): encoded here; `generate` does it once, before its loop
+        reference_audio, reference_audio_lengths = kwargs.pop("reference_audio", None), kwargs.pop("reference_audio_lengths", None)
+        if reference_audio is not None:
+            audio_input_ids = self.merge_reference_clips(
+                audio_input_ids, reference_audio, reference_audio_lengths, audio_input_ids_mask
+            )
+            audio_input_ids_mask = None
+        # *** end reference clips ***
         inputs_embeds = self._embed_inputs(input_ids, audio_input_ids, audio_input_ids_mask, inputs_embeds)
         outputs = self.model(
             inputs_embeds=inputs_embeds,

@@ -25,17 +25,26 @@ import difflib
 import os
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from transformers import BatchFeature, ProcessorMixin
 from transformers.utils import logging
 
-from .audio_io_higgs_v3 import MAX_REFERENCE_SECONDS, HiggsAudioV3Voice, save_audio
+from .audio_io_higgs_v3 import (
+    MAX_REFERENCE_SECONDS,
+    VOICE_FILE_SUFFIXES,
+    HiggsAudioV3Voice,
+    is_audio_url,
+    prepare_reference_waveform,
+    save_audio,
+)
 
 # transformers 5.5 loads remote code from a local directory by copying only the entry module's *direct* relative
 # imports (5.24 and the Hub path follow them recursively), so the modules `audio_io_higgs_v3` needs are imported here.
-from .codec_higgs_v3 import resample_audio  # noqa: F401
+from .codec_higgs_v3 import codec_num_frames, resample_audio  # noqa: F401
+from .configuration_higgs_v3 import REAL_CODEC_CONFIG
 from .delay_higgs_v3 import HiggsAudioV3AudioSpec
 
 
@@ -72,6 +81,40 @@ TTS_CHAT_TEMPLATE: str = (
 """The chat template of a converted repo (`chat_template.jinja`): it renders the TTS prompt of a conversation as text
 (`apply_chat_template(..., tokenize=False)`), `<|ref_audio|>` standing for the reference rows. Tokenizing goes
 through the processor itself (`apply_chat_template(..., tokenize=True)` equals `processor(...)`)."""
+
+
+REFERENCE_CLIP_KEYS: tuple[str, ...] = ("reference_audio", "reference_audio_lengths")
+"""The processor's outputs for reference clips, which `generate` encodes with the model's codec (see `__call__`)."""
+
+
+@dataclass(frozen=True)
+class _Clip:
+    """A reference clip as the processor prepared it: the 24 kHz mono float32 waveform `[N]` the codec will encode
+    (`prepare_reference_waveform`, exactly as `model.encode_reference` prepares it) and its codec frame count."""
+
+    waveform: torch.FloatTensor
+    num_frames: int
+
+
+class HiggsAudioV3BatchFeature(BatchFeature):
+    r"""The processor's `BatchFeature`. Its `to(...)` casts and moves like `BatchFeature.to`, except that the reference
+    clips' waveforms (`reference_audio`) only move: they stay float32, as the codec encodes them (transformers'
+    text-to-speech pipeline casts the processor's output to the model's dtype; a bfloat16 waveform would change the
+    clip's codes)."""
+
+    def to(self, *args, **kwargs) -> HiggsAudioV3BatchFeature:
+        audio = self.data.get("reference_audio")
+        if not isinstance(audio, torch.Tensor):
+            return super().to(*args, **kwargs)
+        device = kwargs.get("device")
+        if device is None and args and not isinstance(args[0], torch.dtype):
+            device = args[0]
+        order = list(self.data)
+        del self.data["reference_audio"]
+        super().to(*args, **kwargs)
+        self.data["reference_audio"] = audio if device is None else audio.to(device=device)
+        self.data = {key: self.data[key] for key in order}
+        return self
 
 
 class HiggsAudioV3Processor(ProcessorMixin):
@@ -164,6 +207,9 @@ class HiggsAudioV3Processor(ProcessorMixin):
         self.sampling_rate = sampling_rate
         self.frame_rate = frame_rate
         self.audio_spec = HiggsAudioV3AudioSpec.from_config(self)
+        # The codec whose frames a reference clip's placeholders count (`codec_num_frames`): the real one, or the model
+        # config's with `from_model_config`. Not saved; `generate` checks the counts against the model's codec.
+        self._codec_config = REAL_CODEC_CONFIG
         self._token_ids = self._lookup_prompt_token_ids()
         self._control_tags, self._structural_tokens = self._classify_added_tokens()
         self._reserved_pattern = self._reserved_token_pattern()
@@ -201,6 +247,8 @@ class HiggsAudioV3Processor(ProcessorMixin):
         """A processor whose audio settings are those of `config` (a `HiggsAudioV3Config`), checked against it."""
         processor = cls(tokenizer, **{**config.audio_spec.to_dict(), **kwargs})
         processor.check_model_config(config)
+        if getattr(config, "codec_config", None) is not None:
+            processor._codec_config = config.codec_config
         return processor
 
     def check_model_config(self, config) -> None:
@@ -221,7 +269,7 @@ class HiggsAudioV3Processor(ProcessorMixin):
     # ------------------------------------------------------------------ properties
     @property
     def model_input_names(self) -> list[str]:
-        return ["input_ids", "attention_mask", "audio_input_ids"]
+        return ["input_ids", "attention_mask", "audio_input_ids", *REFERENCE_CLIP_KEYS]
 
     @property
     def prompt_token_ids(self) -> dict[str, int]:
@@ -317,21 +365,78 @@ class HiggsAudioV3Processor(ProcessorMixin):
             )
         return voice
 
-    def _reference(self, index: int, batch_size: int, voice, codes, ref_text) -> tuple[torch.LongTensor | None, str | None]:
-        """One row's reference as (raw codes `[T, C]` or None, transcript or None), every part checked."""
+    # ------------------------------------------------------------------ reference clips (encoded by the model)
+    @staticmethod
+    def is_clip(reference) -> bool:
+        """Whether a reference is an audio clip (the model's codec encodes it in `generate`) rather than a voice: an
+        audio file path (any path but a saved voice's `.safetensors` / `.json`), an `http(s)://` URL, samples (numpy
+        array or torch tensor) or an audio dict (`{"array": samples, "sampling_rate": rate}`, as `datasets`' Audio
+        feature gives it, or `{"path": ...}`)."""
+        if isinstance(reference, (str, os.PathLike)):
+            return is_audio_url(reference) or os.path.splitext(str(reference))[1].lower() not in VOICE_FILE_SUFFIXES
+        if isinstance(reference, dict):
+            return "array" in reference or "path" in reference
+        return isinstance(reference, (np.ndarray, torch.Tensor))
+
+    @staticmethod
+    def _clip_source(clip, sampling_rate: int | None, where: str) -> tuple[object, int | None]:
+        """`(audio, rate)` for `prepare_reference_waveform`: an audio dict unpacked, samples given their rate (from the
+        dict, else `sampling_rate`); samples without a rate are refused. Reads nothing."""
+        where = where[:1].upper() + where[1:]
+        if isinstance(clip, dict):
+            audio = clip.get("array") if clip.get("array") is not None else clip.get("path")
+            if audio is None:
+                raise ValueError(
+                    f"{where} is an audio dict without samples or a file (its keys: {sorted(map(str, clip))}); pass "
+                    "{'array': samples, 'sampling_rate': rate} (as datasets' Audio feature gives it) or {'path': file}."
+                )
+            if isinstance(audio, (str, os.PathLike)):  # a file's rate is read from it; a rate given with it must agree
+                return audio, clip.get("sampling_rate")
+            clip, sampling_rate = audio, clip.get("sampling_rate", sampling_rate)
+        if isinstance(clip, (str, os.PathLike)):
+            return clip, None  # `sampling_rate` is for samples: files and URLs carry their own
+        if sampling_rate is None:
+            raise ValueError(
+                f"{where} is an array of samples without its sampling rate; pass it too: processor(text, "
+                "reference=samples, sampling_rate=rate), reference={'array': samples, 'sampling_rate': rate}, or in a "
+                "chat message {'type': 'audio', 'audio': samples, 'sampling_rate': rate}."
+            )
+        return clip, sampling_rate
+
+    def _prepare_clip(self, clip, sampling_rate: int | None, where: str) -> _Clip:
+        """Load a reference clip as `model.encode_reference` does (`prepare_reference_waveform`: mono, resampled to the
+        codec's rate, padded to at least 1 s, length bounds) and count its codec frames (`codec_num_frames`)."""
+        audio, rate = self._clip_source(clip, sampling_rate, where)
+        waveform = prepare_reference_waveform(audio, rate, target_sampling_rate=self.sampling_rate)  # [N] float32
+        return _Clip(waveform=waveform, num_frames=codec_num_frames(waveform.shape[0], self._codec_config))
+
+    def _reference(
+        self, index: int, batch_size: int, voice, codes, ref_text, sampling_rate: int | None = None, load: bool = True
+    ) -> tuple[torch.LongTensor | _Clip | None, str | None]:
+        """One row's reference as (raw codes `[T, C]`, a prepared clip, or None; transcript or None), every part
+        checked. `load=False` checks a clip's form only (rendering a chat template reads no audio)."""
         where = f"the reference for text {index}" if batch_size > 1 else "the reference"
         if voice is not None and codes is not None:
             raise ValueError(f"Text {index} has two references (reference and reference_codes); pass one of them.")
         if ref_text == "":  # the official server: `reference_text or None`; a blank transcript is kept as given
             ref_text = None
+        if voice is not None and self.is_clip(voice):
+            # *** reference clips: the waveform goes to the model, whose codec encodes it in `generate` ***
+            if load:
+                codes = self._prepare_clip(voice, sampling_rate, where)
+            else:
+                self._clip_source(voice, sampling_rate, where)
+                codes = _Clip(waveform=torch.zeros(0), num_frames=0)
+            voice = None
+            # *** end reference clips ***
         if voice is not None:
             voice = self._check_voice(voice, where)
             if voice.text is not None and ref_text is not None:
                 raise ValueError(f"{where[:1].upper() + where[1:]} already carries its transcript; do not pass reference_text as well.")
             codes, ref_text = voice.codes, (voice.text or None) if ref_text is None else ref_text
-        if codes is not None:
+        if codes is not None and not isinstance(codes, _Clip):
             codes = self._check_raw_codes(codes, f"The codes of {where}")
-        elif ref_text is not None:
+        elif codes is None and ref_text is not None:
             logger.warning_once(
                 "A reference_text without a reference voice is dropped: the transcript only helps together with the "
                 "clip it describes."
@@ -363,19 +468,31 @@ class HiggsAudioV3Processor(ProcessorMixin):
         return_tensors: str | None = "pt",
         audio_target: torch.Tensor | np.ndarray | HiggsAudioV3Voice | str | os.PathLike | Sequence | None = None,
         padding_side: str = "left",
+        sampling_rate: int | Sequence[int | None] | None = None,
     ) -> BatchFeature:
         r"""
         Build the prompts of one text or a batch (left padded with `<|endoftext|>`).
 
-        Each text takes at most one reference, given as `reference` (a `HiggsAudioV3Voice` from
-        `model.encode_reference`, or the path of a saved voice file) or `reference_codes` (raw codes
-        `[T, num_codebooks]`), and optionally its transcript `reference_text` (kept only with a reference). Every
-        reference argument is either one value for all texts or a list with one entry per text (None for none).
+        Each text takes at most one reference, given as `reference` (a voice or an audio clip, see below) or
+        `reference_codes` (raw codes `[T, num_codebooks]`), and optionally its transcript `reference_text` (kept only
+        with a reference). Every reference argument is either one value for all texts or a list with one entry per
+        text (None for none).
+
+        A clip is given to the model as CSM's processor does it: the processor loads and prepares the waveform exactly as
+        `model.encode_reference` does (mono, resampled to 24 kHz with torchaudio's algorithm, padded to at least 1 s,
+        at most 100 s), lays out as many placeholders as a voice of that clip would take (`codec_num_frames` frames
+        plus `num_codebooks - 1`), and returns the waveform; `generate` encodes it once with the model's codec, so the
+        speech is exactly that of `reference=model.encode_reference(clip)`. A clip used for many calls is better
+        encoded once into a voice.
 
         Args:
             text: the text(s) to speak. Inline control tags (`processor.valid_tags()`) are allowed; any other `<|...|>`
                 raises a `ValueError`.
-            reference: voices (`HiggsAudioV3Voice`, from any import of this package) or voice file paths.
+            reference: voices (`HiggsAudioV3Voice` from `model.encode_reference`, from any import of this package, or
+                the path of a saved voice file, `.safetensors` / `.json`) or clips: an audio file path (wav, flac,
+                ogg, ... as libsndfile reads them), an `http(s)://` URL of one (fetched into memory with a timeout and
+                a size limit), samples as a numpy array or torch tensor (with `sampling_rate`), or an audio dict
+                `{"array": samples, "sampling_rate": rate}` (as `datasets`' Audio feature gives it).
             reference_text: transcript(s) of the references.
             reference_codes: raw codec codes `[T, num_codebooks]` of the references.
             return_tensors: "pt" (default), "np" or None (Python lists).
@@ -384,11 +501,17 @@ class HiggsAudioV3Processor(ProcessorMixin):
                 / voice file (`.safetensors`, `.json`). Waveforms are refused: the codec is the model's. With a target
                 the call builds training examples instead of prompts (see `_training_examples`).
             padding_side: "left" (default) or "right", for training examples only (prompts are always left padded).
+            sampling_rate: the sample rate in Hz of references given as samples (one for all, or one per text); files
+                and URLs carry their own.
 
         Returns:
-            `BatchFeature` with `input_ids` `[B, L]` (placeholders at reference positions), `attention_mask` `[B, L]`
-            (0 on left padding) and, when any text has a reference, `audio_input_ids` `[N, num_codebooks]`: the
-            delayed reference rows of all placeholders, batch-major in placeholder order.
+            `HiggsAudioV3BatchFeature` with `input_ids` `[B, L]` (placeholders at reference positions),
+            `attention_mask` `[B, L]` (0 on left padding) and, when any text has a reference, `audio_input_ids`
+            `[N, num_codebooks]`: the delayed reference rows of all placeholders, batch-major in placeholder order.
+            With reference clips also `reference_audio` `[K, S]` (float32, the K clips' 24 kHz waveforms in
+            placeholder order, zero-padded on the right) and `reference_audio_lengths` `[K]` (samples of each); the
+            rows of clip `k` in `audio_input_ids` hold the mark `-1 - k` until `generate` fills them with the clip's
+            delayed codes. Its `to(...)` keeps `reference_audio` float32.
 
             With `audio_target`, the training batch of `pad_training_examples` instead: `input_ids`, `attention_mask`,
             `position_ids` `[B, L]`, `audio_input_ids` `[B, N, num_codebooks]` with `audio_input_ids_mask` `[B, N]`,
@@ -405,10 +528,18 @@ class HiggsAudioV3Processor(ProcessorMixin):
             self._per_row(reference, "reference", batch_size),
             self._per_row(reference_codes, "reference_codes", batch_size),
             self._per_row(reference_text, "reference_text", batch_size),
+            self._per_row(sampling_rate, "sampling_rate", batch_size),
         )
         references = [self._reference(i, batch_size, *row) for i, row in enumerate(rows)]
         # *** training examples (issue 16): the prompt followed by the target's rows, with labels ***
         if audio_target is not None:
+            clips = [i for i, (codes, _) in enumerate(references) if isinstance(codes, _Clip)]
+            if clips:
+                raise ValueError(
+                    f"The reference of text {clips[0]} is an audio clip; training examples take encoded references, "
+                    "whose codes stay fixed over the epochs: encode it once, voice = model.encode_reference(clip, "
+                    "text=...), and pass the voice."
+                )
             if isinstance(audio_target, tuple) and len(audio_target) == 2 and isinstance(audio_target[1], int):
                 audio_target = [audio_target] * batch_size  # one (samples, rate) pair, refused by _check_target
             targets = [
@@ -420,7 +551,12 @@ class HiggsAudioV3Processor(ProcessorMixin):
                 batch = {key: value.numpy() if return_tensors == "np" else value.tolist() for key, value in batch.items()}
             return BatchFeature(batch, tensor_type=return_tensors)
         # *** end training examples ***
-        return BatchFeature(self._prompts(texts, references), tensor_type=return_tensors)
+        data = self._prompts(texts, references)
+        if "reference_audio" in data and return_tensors != "pt":
+            data["reference_audio"] = data["reference_audio"].numpy()
+            if return_tensors is None:
+                data["reference_audio"] = data["reference_audio"].tolist()
+        return HiggsAudioV3BatchFeature(data, tensor_type=return_tensors)
 
     @staticmethod
     def _warn_if_long(text_ids: list[list[int]]) -> None:
@@ -439,11 +575,15 @@ class HiggsAudioV3Processor(ProcessorMixin):
         text_ids, transcript_ids = encoded[: len(texts)], iter(encoded[len(texts) :])
         self._warn_if_long(text_ids)
         ids = self._token_ids
-        prompts, delayed_rows = [], []
+        prompts, delayed_rows, clips = [], [], []
         for (codes, ref_text), spoken in zip(references, text_ids):
             prompt = [ids["tts"]]
-            if codes is not None:
+            if isinstance(codes, _Clip):  # clip k's rows: the mark -1 - k, filled by `generate` with its codes
+                delayed = torch.full((self.audio_spec.rows(codes.num_frames), self.num_codebooks), -1 - len(clips))
+                clips.append(codes.waveform)
+            elif codes is not None:
                 delayed = self.audio_spec.delay(codes)  # [T + C - 1, C]
+            if codes is not None:
                 if ref_text is not None:
                     prompt += [ids["ref_text"], *next(transcript_ids)]
                 prompt += [ids["ref_audio"]] + [self.audio_placeholder_id] * delayed.shape[0]
@@ -456,6 +596,13 @@ class HiggsAudioV3Processor(ProcessorMixin):
         }
         if delayed_rows:
             data["audio_input_ids"] = torch.cat(delayed_rows).tolist()  # [N, C]
+        if clips:
+            lengths = [clip.shape[0] for clip in clips]
+            audio = torch.zeros(len(clips), max(lengths), dtype=torch.float32)  # [K, S], right padded
+            for k, clip in enumerate(clips):
+                audio[k, : lengths[k]] = clip
+            data["reference_audio"] = audio
+            data["reference_audio_lengths"] = lengths  # [K]
         return data
 
     # ------------------------------------------------------------------ training examples (teacher forcing)
@@ -562,7 +709,8 @@ class HiggsAudioV3Processor(ProcessorMixin):
             raise ValueError(f"{where[:1].upper() + where[1:]} must be a non-empty list of messages, got {messages!r}.")
         layout = (
             'A TTS conversation is [{"role": "user", "content": [{"type": "audio", "audio": voice}, {"type": "text", '
-            '"text": its transcript}]} (optional reference turn), {"role": "user", "content": [{"type": "text", '
+            '"text": its transcript}]} (optional reference turn; the audio may also be a clip: "path": file, "url": '
+            'address, or "audio": samples with "sampling_rate"), {"role": "user", "content": [{"type": "text", '
             '"text": what to say}]}].'
         )
         if len(messages) > 2:
@@ -602,11 +750,9 @@ class HiggsAudioV3Processor(ProcessorMixin):
             raise ValueError(f"The audio item of {ref_where} must have exactly one of 'audio', 'path' or 'url', got "
                              f"{sorted(k for k in item if k != 'type')}.")
         reference = item[sources[0]]
-        if sources[0] == "url":
-            raise ValueError(
-                f"The audio item of {ref_where} is a url ({reference!r}); the processor takes a voice "
-                "(model.encode_reference(clip, text=...), which reads files and arrays) or a saved voice file path."
-            )
+        if item.get("sampling_rate") is not None:  # samples with their rate (or a file's rate, which must agree)
+            reference = {"array" if isinstance(reference, (np.ndarray, torch.Tensor)) else "path": reference,
+                         "sampling_rate": item["sampling_rate"]}
         return text, reference, transcript if transcript.strip() else None
 
     def apply_chat_template(
@@ -627,7 +773,7 @@ class HiggsAudioV3Processor(ProcessorMixin):
 
         ```python
         >>> conversation = [
-        ...     {"role": "user", "content": [{"type": "audio", "audio": voice},  # or "path": "voice.safetensors"
+        ...     {"role": "user", "content": [{"type": "audio", "path": "me.wav"},  # or "url": ..., "audio": voice
         ...                                  {"type": "text", "text": "What I say in the clip."}]},
         ...     {"role": "user", "content": [{"type": "text", "text": "<|emotion:elation|>Hello there!"}]},
         ... ]  # doctest: +SKIP
@@ -635,13 +781,16 @@ class HiggsAudioV3Processor(ProcessorMixin):
         >>> out = model.generate(**inputs, return_dict_in_generate=True)  # doctest: +SKIP
         ```
 
-        The reference is what `processor(reference=...)` takes: a voice (`model.encode_reference(clip, text=...)`,
-        the model owns the codec: audio clips and urls are encoded by it, never by the processor) or the path of a
-        saved voice file; the turn's text is its transcript (optional). `tokenize=True` gives exactly
-        `processor(text, reference=..., reference_text=...)`: with `return_dict=True` the `BatchFeature` that
-        `generate` takes (`input_ids`, `attention_mask`, `audio_input_ids` with a reference), else `input_ids` only.
-        `tokenize=False` renders the prompt with the chat template (`TTS_CHAT_TEMPLATE` unless another is given),
-        `<|ref_audio|>` standing for the reference rows. The prompt always ends with `<|audio|>`, where generation
+        The reference is what `processor(reference=...)` takes, in the item's `"path"`, `"url"` or `"audio"`: an audio
+        file, an `http(s)://` URL, samples (with the item's `"sampling_rate"`, e.g. `{"type": "audio", "audio":
+        samples, "sampling_rate": 44100}`) or an audio dict (`{"array": ..., "sampling_rate": ...}`); or a voice
+        (`model.encode_reference(clip, text=...)`) or the path of a saved voice file. A clip's waveform is returned
+        for the model, whose codec encodes it in `generate` (the processor never runs the codec). The turn's text is
+        the transcript (optional). `tokenize=True` gives exactly `processor(text, reference=..., reference_text=...)`:
+        with `return_dict=True` the `BatchFeature` that `generate` takes (`input_ids`, `attention_mask`, and with a
+        reference `audio_input_ids`, with a clip `reference_audio` and `reference_audio_lengths`), else `input_ids`
+        only. `tokenize=False` renders the prompt with the chat template (`TTS_CHAT_TEMPLATE` unless another is
+        given), `<|ref_audio|>` standing for the reference rows, a clip as a voice (its audio is not read). The prompt always ends with `<|audio|>`, where generation
         starts, so `add_generation_prompt` changes nothing; `processor_kwargs` (which the text-to-speech pipeline
         passes for chat inputs) must be empty: the conversation says everything.
         """
@@ -670,7 +819,7 @@ class HiggsAudioV3Processor(ProcessorMixin):
         plain = []  # only the checked request reaches the template: no voice objects or arrays in the renderer
         for i, (text, reference, transcript) in enumerate(requests):  # the same checks as when tokenizing
             text = self.check_text(text, f"text {i}" if batched else "the text")
-            codes, transcript = self._reference(i, len(requests), reference, None, transcript)
+            codes, transcript = self._reference(i, len(requests), reference, None, transcript, load=False)
             turns = [{"role": "user", "content": [{"type": "text", "text": text}]}]
             if codes is not None:  # a voice's own transcript is shown as it will be tokenized
                 content = [{"type": "audio"}] + ([{"type": "text", "text": transcript}] if transcript else [])

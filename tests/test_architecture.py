@@ -32,7 +32,7 @@ MAY_IMPORT: dict[str, set[str]] = {
         "delay_higgs_v3", "generation_higgs_v3", "longform_higgs_v3", "processing_higgs_v3", "sampling_higgs_v3",
         "streaming_higgs_v3",
     },
-    "processing_higgs_v3": {"audio_io_higgs_v3", "codec_higgs_v3", "delay_higgs_v3"},
+    "processing_higgs_v3": {"audio_io_higgs_v3", "codec_higgs_v3", "configuration_higgs_v3", "delay_higgs_v3"},
     "chunking_higgs_v3": {"processing_higgs_v3"},
     "original_format_higgs_v3": {"configuration_higgs_v3"},
     "verification_higgs_v3": {"configuration_higgs_v3", "original_format_higgs_v3"},

@@ -90,7 +90,7 @@ def test_reference_audio_refusals(tmp_path):
     )):
         _prepared(np.zeros((2, 2, 100), dtype=np.float32), 24000)
     with pytest.raises(ValueError, match=re.escape(
-        "Reference audio must be a file path, a numpy array or a torch tensor; got list."
+        "Reference audio must be a file path, an http(s) URL, a numpy array or a torch tensor; got list."
     )):
         _prepared([0.0, 0.1], 24000)
     missing = tmp_path / "missing.wav"

@@ -301,7 +301,8 @@ def test_return_tensors_np_and_none(processor):
         assert isinstance(as_pt[key], torch.Tensor) and as_pt[key].dtype == torch.long
         assert isinstance(as_np[key], np.ndarray) and as_np[key].tolist() == as_pt[key].tolist()
         assert isinstance(as_list[key], list) and as_list[key] == as_pt[key].tolist()
-    assert processor.model_input_names == ["input_ids", "attention_mask", "audio_input_ids"]
+    assert processor.model_input_names == ["input_ids", "attention_mask", "audio_input_ids", "reference_audio",
+                                          "reference_audio_lengths"]
 
 
 def test_transcript_without_audio_is_dropped_with_warning(processor, monkeypatch):
@@ -344,21 +345,27 @@ def test_reference_argument_refusals(processor, tmp_path):
         "The reference for text 1 already carries its transcript; do not pass reference_text as well."
     )):
         processor(["x", "y"], reference=[None, voice], reference_text=[None, "again"])
-    # Audio is encoded by the model, not the processor: an array or an audio file is not a voice.
-    with pytest.raises(ValueError, match=re.escape(
-        "The reference is the path 'me.wav', which is not a saved voice file (.safetensors / .json). An audio clip is "
-        "encoded into a voice first: voice = model.encode_reference(clip, text=...)."
-    )):
+    # Any other path is an audio clip (read by the processor for the model's codec); samples need their rate.
+    with pytest.raises(FileNotFoundError, match=re.escape("Reference audio file 'me.wav' does not exist.")):
         processor("x", reference="me.wav")
-    for value, kind in ((raw, "Tensor"), (np.zeros(24000, dtype=np.float32), "ndarray")):
+    for value in (raw, np.zeros(24000, dtype=np.float32), {"array": np.zeros(24000, dtype=np.float32)}):
         with pytest.raises(ValueError, match=re.escape(
-            "The reference must be a HiggsAudioV3Voice (from model.encode_reference or HiggsAudioV3Voice.load) or the "
-            f"path of a saved voice file (.safetensors / .json), got {kind}. Encode an audio clip with "
-            "model.encode_reference(clip, text=...)."
+            "The reference is an array of samples without its sampling rate; pass it too: processor(text, "
+            "reference=samples, sampling_rate=rate), reference={'array': samples, 'sampling_rate': rate}, or in a "
+            "chat message {'type': 'audio', 'audio': samples, 'sampling_rate': rate}."
         )):
             processor("x", reference=value)
-    with pytest.raises(ValueError, match=re.escape("The reference for text 1 must be a HiggsAudioV3Voice")):
-        processor(["x", "y"], reference=[None, raw])
+    with pytest.raises(ValueError, match=re.escape("The reference for text 1 is an array of samples without its")):
+        processor(["x", "y"], reference=[None, raw], sampling_rate=[24000, None])
+    with pytest.raises(ValueError, match=re.escape(
+        "The reference is an audio dict without samples or a file (its keys: ['bytes', 'path', 'sampling_rate']); pass "
+        "{'array': samples, 'sampling_rate': rate} (as datasets' Audio feature gives it) or {'path': file}."
+    )):
+        processor("x", reference={"path": None, "bytes": b"", "sampling_rate": 16000})
+    with pytest.raises(ValueError, match=re.escape("Reference audio has dtype int64; accepted are float16/float32/")):
+        processor("x", reference=raw, sampling_rate=24000)
+    with pytest.raises(ValueError, match=re.escape("The reference must be a HiggsAudioV3Voice")):
+        processor("x", reference=3)
     missing = tmp_path / "missing.json"
     with pytest.raises(FileNotFoundError, match=re.escape(f"Voice file {str(missing)!r} does not exist.")):
         processor("x", reference=missing)
@@ -578,17 +585,13 @@ def test_chat_template_refusals(processor, tmp_path):
          "reference turn may come before the text to speak."),
         ([_turn({"type": "audio", "audio": voice}, {"type": "audio", "audio": voice}), _turn(_text("Hi."))],
          "Message 0 of the conversation holds 2 audio items; one reference per prompt."),
-        ([_turn({"type": "audio", "url": "https://x/y.wav"}), _turn(_text("Hi."))], "The audio item of message 0 of "
-         "the conversation is a url ('https://x/y.wav'); the processor takes a voice (model.encode_reference(clip, "
-         "text=...), which reads files and arrays) or a saved voice file path."),
         ([_turn({"type": "audio"}), _turn(_text("Hi."))], "The audio item of message 0 of the conversation must have "
          "exactly one of 'audio', 'path' or 'url', got []."),
         ([_turn({"type": "image", "url": "x.png"}), _turn(_text("Hi."))], "Message 0 of the conversation has content "
          "of type ['image']; only 'text' and 'audio' are accepted."),
         ([_turn(_text("a")), _turn(_text("b")), _turn(_text("c"))], "The conversation has 3 messages; at most two."),
-        ([_turn({"type": "audio", "path": str(tmp_path / "me.wav")}), _turn(_text("Hi."))],
-         f"The reference is the path {str(tmp_path / 'me.wav')!r}, which is not a saved voice file (.safetensors / "
-         ".json). An audio clip is encoded into a voice first: voice = model.encode_reference(clip, text=...)."),
+        ([_turn({"type": "audio", "audio": np.zeros(100, dtype=np.float32)}), _turn(_text("Hi."))],
+         "The reference is an array of samples without its sampling rate; pass it too"),
         ([_turn(_text("Hi <|emotion:happy|>."))], "Unknown control tag '<|emotion:happy|>' in the text"),
         ([_turn(_text("<|audio|>"))], "'<|audio|>' in the text is a structural prompt token"),
     ]
