@@ -1,11 +1,12 @@
 # Copyright 2026 the higgs-v3 authors. Licensed under the Apache License, Version 2.0.
 """Audio in and out for Higgs Audio v3: reference-clip loading and validation, reusable voices, writing waveforms.
 
-- `prepare_reference_waveform` turns a path, a numpy array or a torch tensor into the 24 kHz mono float32 waveform
-  the codec encodes: integer PCM scaled to [-1, 1], channels mixed to mono (mean), resampled with torchaudio's sinc
-  algorithm (`codec_higgs_v3.resample_audio`), padded with zeros at the end to at least 1 s; empty, non-finite and
-  over-long clips are refused with a `ValueError`. This is the official server's front end (sglang-omni's
-  `prepare_higgs_reference` and the codec's `encode_reference`), so a clip gives the codes the model was served with.
+- `prepare_reference_waveform` turns a path, an http(s) URL (fetched into memory), a numpy array or a torch tensor into
+  the 24 kHz mono float32 waveform the codec encodes: integer PCM scaled to [-1, 1], channels mixed to mono (mean),
+  resampled with torchaudio's sinc algorithm (`codec_higgs_v3.resample_audio`), padded with zeros at the end to at least
+  1 s; empty, non-finite and over-long clips are refused with a `ValueError`. This is the official server's front end
+  (sglang-omni's `prepare_higgs_reference` and the codec's `encode_reference`), so a clip gives the codes the model was
+  served with.
 - `HiggsAudioV3Voice` is an encoded reference (raw codec codes `[frames, num_codebooks]` plus the transcript), saved
   as safetensors or JSON (never pickle: voice files are shared between users) and passed to later processor calls.
 - `save_audio` writes a waveform with soundfile. Every file written here goes through `atomic_output`: a temporary
@@ -84,8 +85,8 @@ _PCM_FULL_SCALE: dict[np.dtype, float] = {
 def _unreadable_audio(path: str | os.PathLike, error: BaseException, kind: str = "file") -> ValueError:
     reason = " ".join(str(error).split()) or type(error).__name__
     return ValueError(
-        f"Could not read reference audio {kind} {str(path)!r} ({reason}); accepted are the formats libsndfile reads, e.g. "
-        "wav, flac and ogg."
+        f"Could not read reference audio {kind} {str(path)!r} ({reason}); accepted are the formats libsndfile reads, "
+        "e.g. wav, flac and ogg."
     )
 
 
@@ -226,8 +227,9 @@ def prepare_reference_waveform(
     """Load and validate a reference clip; return the 24 kHz mono float32 waveform `[N]` the codec encodes.
 
     Args:
-        audio: a file path (read with soundfile: wav, flac, ogg, ...), an `http(s)://` URL of such a file (fetched into
-            memory, see `REFERENCE_URL_TIMEOUT` and `MAX_REFERENCE_URL_BYTES`), or samples as a numpy array / torch tensor of
+        audio: a file path (read with soundfile: wav, flac, ogg, ...), an `http(s)://` URL of such a file (fetched
+            into memory, see `REFERENCE_URL_TIMEOUT` and `MAX_REFERENCE_URL_BYTES`), or samples as a numpy array / torch
+            tensor of
             shape `[N]`, `[channels, N]` or `[N, channels]` (the shorter axis of a 2-D array is the channel axis).
             Integer PCM (int8/uint8/int16/int32) is scaled to [-1, 1]; floats are expected in [-1, 1].
         sampling_rate: sample rate of `audio` in Hz. Required for arrays; for files it is read from the file (a
@@ -241,7 +243,8 @@ def prepare_reference_waveform(
         `torch.FloatTensor` of shape `[max(N', ceil(min_seconds * target_sampling_rate))]`, N' the resampled length.
 
     Raises:
-        ValueError: unreadable file, unreachable / too large URL, missing or invalid `sampling_rate`, unsupported dtype or shape, empty clip, NaN
+        ValueError: unreadable file, unreachable / too large URL, missing or invalid `sampling_rate`, unsupported
+            dtype or shape, empty clip, NaN
             or infinite samples, clip longer than `max_seconds`.
     """
     label = "Reference audio"  # named in every refusal below; a file by its path

@@ -138,7 +138,8 @@ def codec_num_frames(num_samples: int, codec_config: dict | HiggsAudioV2Tokenize
         factor = codec_config["downsample_factor"]
         hop_length = math.prod(codec_config["acoustic_model_config"]["downsampling_ratios"])
     else:
-        kernels, strides = codec_config.semantic_model_config.conv_kernel, codec_config.semantic_model_config.conv_stride
+        semantic = codec_config.semantic_model_config
+        kernels, strides = semantic.conv_kernel, semantic.conv_stride
         sample_rate, semantic_rate = codec_config.sample_rate, codec_config.semantic_sample_rate
         factor, hop_length = codec_config.downsample_factor, codec_config.hop_length
     keep_every = max(1, int(hop_length / (sample_rate / semantic_rate) / factor))  # `semantic_downsample_factor`

@@ -453,7 +453,9 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         """The reference rows with the processor's clips encoded in (`merge_reference_clips`, once per call, before
         the loop), or as given without clips; rows marked for clips without `reference_audio` are refused."""
         if reference_audio is not None:
-            rows = self.merge_reference_clips(audio_input_ids, reference_audio, reference_audio_lengths, audio_input_ids_mask)
+            rows = self.merge_reference_clips(
+                audio_input_ids, reference_audio, reference_audio_lengths, audio_input_ids_mask
+            )
             return rows, None
         if reference_audio_lengths is not None:
             raise ValueError("reference_audio_lengths was given without reference_audio; pass the processor's whole "

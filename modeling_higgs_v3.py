@@ -232,9 +232,9 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
         r"""Encode a reference clip once into a reusable `HiggsAudioV3Voice` (raw codes `[frames, num_codebooks]` and
         the transcript, which the processor checks when the voice is used).
 
-        `audio` is a path or an array (`[samples]`, `[channels, samples]` or `[samples, channels]`; `sampling_rate`
-        required for arrays): mixed to mono, resampled to the codec's rate, padded to at least 1 s; clips over 100 s,
-        empty or non-finite ones are refused (see `audio_io_higgs_v3.prepare_reference_waveform`).
+        `audio` is a path, an http(s) URL or an array (`[samples]`, `[channels, samples]` or `[samples, channels]`;
+        `sampling_rate` required for arrays): mixed to mono, resampled to the codec's rate, padded to at least 1 s;
+        clips over 100 s, empty or non-finite ones are refused (see `audio_io_higgs_v3.prepare_reference_waveform`).
 
         ```python
         >>> voice = model.encode_reference("me.wav", text="What I say in it.")  # doctest: +SKIP
@@ -265,7 +265,7 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
             reference_audio_lengths: `[K]` samples of each clip (None: all `S`).
 
         Returns:
-            `[N, num_codebooks]` rows on `audio_input_ids`' device. Called once per `generate`, before the decoding loop.
+            `[N, num_codebooks]` rows on `audio_input_ids`' device. `generate` calls it once, before its loop.
         """
         codec = self._require_codec("Encoding reference clips")
         spec = self.config.audio_spec
@@ -293,10 +293,10 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
                 f"reference_audio_lengths {lengths} must give 1..{num_samples} samples for each of the {num_clips} "
                 "clips of reference_audio."
             )
-        delayed = [spec.delay(codec.encode_waveform(audio[k, :n])) for k, n in enumerate(lengths)]  # K x [T_k + C - 1, C]
+        delayed = [spec.delay(codec.encode_waveform(audio[k, :n])) for k, n in enumerate(lengths)]  # K x [T_k + 7, 8]
         marked = rows[:, 0] < 0  # [N] the clips' rows
         clip_of_row = -1 - rows[marked, 0]  # [M] clip k of each marked row, in placeholder order
-        counts = torch.bincount(clip_of_row.cpu(), minlength=num_clips).tolist() if clip_of_row.numel() else [0] * num_clips
+        counts = torch.bincount(clip_of_row.cpu(), minlength=num_clips).tolist()  # one host read per call
         expected = [d.shape[0] for d in delayed]
         if counts != expected:
             raise ValueError(
@@ -539,8 +539,9 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
         # *** Higgs v3 generation specific: set by `prepare_inputs_for_generation` only (see `_codebook_rows`) ***
         codebook_rows = kwargs.pop("_codebook_rows", False)
         # *** end Higgs v3 generation specific ***
-        # *** reference clips (the processor's `reference_audio`): encoded here; `generate` does it once, before its loop
-        reference_audio, reference_audio_lengths = kwargs.pop("reference_audio", None), kwargs.pop("reference_audio_lengths", None)
+        # *** reference clips (the processor's `reference_audio`), encoded here; `generate` does it once, before its loop
+        reference_audio = kwargs.pop("reference_audio", None)
+        reference_audio_lengths = kwargs.pop("reference_audio_lengths", None)
         if reference_audio is not None:
             audio_input_ids = self.merge_reference_clips(
                 audio_input_ids, reference_audio, reference_audio_lengths, audio_input_ids_mask

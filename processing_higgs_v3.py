@@ -16,7 +16,12 @@ the reference codes after the delay pattern (`delay_higgs_v3`); the delayed rows
 
 **The processor prepares inputs and nothing else.** Audio <-> codes is the model's (its codec's weights live in the
 model, as CSM's do): `model.encode_reference(clip, text=...)` makes a reusable voice, `generate` returns waveforms,
-`model.decode_audio(...)` and `model.audio_streamer()` decode rows.
+`model.decode_audio(...)` and `model.audio_streamer()` decode rows. A reference given as a clip (a file, an http(s)
+URL, samples) is handled as CSM's processor handles audio: the processor prepares its waveform with the model's own
+front end (`prepare_reference_waveform`), counts its frames with a pure function of the codec config
+(`codec_num_frames`, no codec needed), lays out `[P]*L` for them and returns the waveform (`reference_audio`); the
+clip's rows in `audio_input_ids` are marked (`-1 - k` for clip `k`) until `generate` encodes the clip with the model's
+codec and fills them (`model.merge_reference_clips`).
 """
 
 from __future__ import annotations
@@ -135,14 +140,16 @@ class HiggsAudioV3Processor(ProcessorMixin):
         sampling_rate (`int`, defaults to 24000): the codec's sample rate in Hz.
         frame_rate (`int`, defaults to 25): codec frames per second.
 
-    With `pipeline("text-to-speech", model=repo, trust_remote_code=True)` the pipeline loads this processor and calls
-    it with the text: `pipe("Hello.")` or `pipe(["Hello.", "Bye."])` give `{"audio", "sampling_rate": 24000}` each.
-    Generation options go in `forward_params` (e.g. `{"seed": 0}`), processor options in `preprocess_params`; to
-    clone a voice, encode it once with the model and pass it there:
-    `pipe("Hello.", preprocess_params={"reference": pipe.model.encode_reference("ref.wav", text="Its transcript.")})`.
-    A chat (`pipe([{"role": "user", "content": "Hello."}])`) goes through `apply_chat_template`. With a model and a
-    processor already loaded, pass `pipeline("text-to-speech", model=model, processor=processor,
-    tokenizer=processor.tokenizer)`: transformers' factory cannot infer a tokenizer from a model object.
+    With `pipeline("text-to-speech", model=repo, trust_remote_code=True)` the pipeline loads this processor and calls it
+    with the text: `pipe("Hello.")` or `pipe(["Hello.", "Bye."])` give `{"audio", "sampling_rate": 24000}` each.
+    Generation options go in `forward_params` (e.g. `{"seed": 0}`), processor options in `preprocess_params`; to clone a
+    voice, pass the clip or a voice there: `pipe("Hello.", preprocess_params={"reference": "ref.wav", "reference_text":
+    "Its transcript."})`, or `{"reference": pipe.model.encode_reference("ref.wav", text="Its transcript.")}` to encode
+    it once for many calls. A chat (`pipe([{"role": "user", "content": "Hello."}])`, with an optional reference turn
+    before it, e.g. `{"type": "audio", "path": "ref.wav"}`) goes through `apply_chat_template`. The output's `to(dtype)`
+    (which the pipeline applies) keeps the clips' waveforms float32. With a model and a processor already loaded, pass
+    `pipeline("text-to-speech", model=model, processor=processor, tokenizer=processor.tokenizer)`: transformers' factory
+    cannot infer a tokenizer from a model object.
 
     Example:
 
@@ -152,6 +159,8 @@ class HiggsAudioV3Processor(ProcessorMixin):
     >>> inputs = processor(["Hello there.", "<|emotion:anger|>Get out!"], reference=[voice, None])  # doctest: +SKIP
     >>> out = model.generate(**inputs, return_dict_in_generate=True)  # doctest: +SKIP
     >>> processor.save_audio(out.audio[0], "hello.wav")  # doctest: +SKIP
+    >>> inputs = processor("Hi.", reference="me.wav", reference_text="What I say in it.")  # doctest: +SKIP
+    >>> model.generate(**inputs, return_dict_in_generate=True).audio  # the clip encoded by the model  # doctest: +SKIP
     ```
     """
 
@@ -478,12 +487,12 @@ class HiggsAudioV3Processor(ProcessorMixin):
         with a reference). Every reference argument is either one value for all texts or a list with one entry per
         text (None for none).
 
-        A clip is given to the model as CSM's processor does it: the processor loads and prepares the waveform exactly as
-        `model.encode_reference` does (mono, resampled to 24 kHz with torchaudio's algorithm, padded to at least 1 s,
-        at most 100 s), lays out as many placeholders as a voice of that clip would take (`codec_num_frames` frames
-        plus `num_codebooks - 1`), and returns the waveform; `generate` encodes it once with the model's codec, so the
-        speech is exactly that of `reference=model.encode_reference(clip)`. A clip used for many calls is better
-        encoded once into a voice.
+        A clip is given to the model as CSM's processor does it: the processor loads and prepares the waveform exactly
+        as `model.encode_reference` does (mono, resampled to 24 kHz with torchaudio's algorithm, padded to at least 1 s,
+        at most 100 s), lays out as many placeholders as a voice of that clip would take (`codec_num_frames` frames plus
+        `num_codebooks - 1`), and returns the waveform; `generate` encodes it once with the model's codec, so the speech
+        is exactly that of `reference=model.encode_reference(clip)`. A clip used for many calls is better encoded once
+        into a voice.
 
         Args:
             text: the text(s) to speak. Inline control tags (`processor.valid_tags()`) are allowed; any other `<|...|>`
@@ -782,17 +791,17 @@ class HiggsAudioV3Processor(ProcessorMixin):
         ```
 
         The reference is what `processor(reference=...)` takes, in the item's `"path"`, `"url"` or `"audio"`: an audio
-        file, an `http(s)://` URL, samples (with the item's `"sampling_rate"`, e.g. `{"type": "audio", "audio":
-        samples, "sampling_rate": 44100}`) or an audio dict (`{"array": ..., "sampling_rate": ...}`); or a voice
-        (`model.encode_reference(clip, text=...)`) or the path of a saved voice file. A clip's waveform is returned
-        for the model, whose codec encodes it in `generate` (the processor never runs the codec). The turn's text is
-        the transcript (optional). `tokenize=True` gives exactly `processor(text, reference=..., reference_text=...)`:
-        with `return_dict=True` the `BatchFeature` that `generate` takes (`input_ids`, `attention_mask`, and with a
-        reference `audio_input_ids`, with a clip `reference_audio` and `reference_audio_lengths`), else `input_ids`
-        only. `tokenize=False` renders the prompt with the chat template (`TTS_CHAT_TEMPLATE` unless another is
-        given), `<|ref_audio|>` standing for the reference rows, a clip as a voice (its audio is not read). The prompt always ends with `<|audio|>`, where generation
-        starts, so `add_generation_prompt` changes nothing; `processor_kwargs` (which the text-to-speech pipeline
-        passes for chat inputs) must be empty: the conversation says everything.
+        file, an `http(s)://` URL, samples (with the item's `"sampling_rate"`, e.g. `{"type": "audio", "audio": samples,
+        "sampling_rate": 44100}`) or an audio dict (`{"array": ..., "sampling_rate": ...}`); or a voice
+        (`model.encode_reference(clip, text=...)`) or the path of a saved voice file. A clip's waveform is returned for
+        the model, whose codec encodes it in `generate` (the processor never runs the codec). The turn's text is the
+        transcript (optional). `tokenize=True` gives exactly `processor(text, reference=..., reference_text=...)`: with
+        `return_dict=True` the `BatchFeature` that `generate` takes (`input_ids`, `attention_mask`, and with a reference
+        `audio_input_ids`, with a clip `reference_audio` and `reference_audio_lengths`), else `input_ids` only.
+        `tokenize=False` renders the prompt with the chat template (`TTS_CHAT_TEMPLATE` unless another is given),
+        `<|ref_audio|>` standing for the reference rows, a clip as a voice (its audio is not read). The prompt always
+        ends with `<|audio|>`, where generation starts, so `add_generation_prompt` changes nothing; `processor_kwargs`
+        (which the text-to-speech pipeline passes for chat inputs) must be empty: the conversation says everything.
         """
         if processor_kwargs:
             kwargs["processor_kwargs"] = processor_kwargs
@@ -853,4 +862,11 @@ class HiggsAudioV3Processor(ProcessorMixin):
 HiggsAudioV3Processor.register_for_auto_class("AutoProcessor")
 
 
-__all__ = ["LONG_PROMPT_TEXT_TOKENS", "TAG_PATTERN", "TTS_CHAT_TEMPLATE", "HiggsAudioV3Processor"]
+__all__ = [
+    "LONG_PROMPT_TEXT_TOKENS",
+    "REFERENCE_CLIP_KEYS",
+    "TAG_PATTERN",
+    "TTS_CHAT_TEMPLATE",
+    "HiggsAudioV3BatchFeature",
+    "HiggsAudioV3Processor",
+]

@@ -337,7 +337,9 @@ PROCESSOR_VOICE_CASES: dict[str, tuple] = {
                                 ("structural prompt token",)),
     "transcript with an unclosed tag": (lambda f: voice_json(f / "v.json", text="Hi <|emotion:anger there."),
                                         ValueError, ("never closed", "'<|emotion:anger|>'")),
-    "audio path as a voice": (_write("v.wav", audio_bytes("wav")), ValueError, ("which is not a saved voice file",)),
+    # any other path is a clip, which the processor reads for the model's codec: a damaged one is refused there
+    "text under an audio name as a clip": (_write("v.wav", b"not audio at all\n" * 8), ValueError,
+                                           ("Could not read reference audio file", "v.wav")),
 }
 
 
