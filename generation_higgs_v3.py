@@ -351,8 +351,8 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
             input_ids (`[batch, length]`): left-padded prompts; reference placeholders (`config.audio_placeholder_id`)
                 take the rows of `audio_input_ids`.
             audio_input_ids / audio_input_ids_mask: the delayed reference rows, as in `forward`.
-            reference_audio (`[K, S]`, float32) / reference_audio_lengths (`[K]`): the waveforms of reference clips
-                and their lengths in samples, as the processor returns them for `reference=clip`; each clip is encoded
+            reference_audio (`[S_0 + ... + S_{K-1}]`, float32) / reference_audio_lengths (`[K]`): the waveforms of
+                reference clips, one after another, and their lengths in samples, as the processor returns them for `reference=clip`; each clip is encoded
                 once with the model's codec before the decoding loop and fills the rows the processor marked for it
                 (`merge_reference_clips`), so the speech equals that of `reference=model.encode_reference(clip)`.
             attention_mask (`[batch, length]`): 0 on left padding (all ones when omitted).
@@ -461,11 +461,12 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
             raise ValueError("reference_audio_lengths was given without reference_audio; pass the processor's whole "
                              "output (model.generate(**inputs)).")
         if audio_input_ids is not None and audio_input_ids.numel() and not torch.compiler.is_compiling():
-            if bool((audio_input_ids < 0).any()):  # one host read per call
+            if bool((audio_input_ids[..., 0] == self.config.audio_placeholder_id).any()):  # one host read per call
                 raise ValueError(
-                    "audio_input_ids has rows marked for reference clips (negative values) but no reference_audio was "
-                    "given; pass the processor's whole output (model.generate(**inputs)): the clips' waveforms are in "
-                    "reference_audio and reference_audio_lengths."
+                    f"audio_input_ids has rows marked for reference clips (the placeholder id "
+                    f"{self.config.audio_placeholder_id}) but no reference_audio was given; pass the processor's whole "
+                    "output (model.generate(**inputs)): the clips' waveforms are in reference_audio and "
+                    "reference_audio_lengths."
                 )
         return audio_input_ids, audio_input_ids_mask
 

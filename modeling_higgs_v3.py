@@ -260,9 +260,11 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
 
         Args:
             audio_input_ids: `[N, num_codebooks]` (or `[batch, rows, num_codebooks]` with `audio_input_ids_mask`), the
-                rows of clip `k` holding the mark `-1 - k` (`HiggsAudioV3Processor` lays them out).
-            reference_audio: `[K, S]` float32 waveforms at `config.sampling_rate`, right padded (`[S]` for one clip).
-            reference_audio_lengths: `[K]` samples of each clip (None: all `S`).
+                clips' rows holding `config.audio_placeholder_id`, clip after clip (`HiggsAudioV3Processor` lays them
+                out; batches of its outputs concatenated, as the pipeline collates them, keep that order).
+            reference_audio: `[S_0 + ... + S_{K-1}]` float32, the K clips' waveforms at `config.sampling_rate` one
+                after another (packed: batches concatenate).
+            reference_audio_lengths: `[K]` samples `S_k` of each clip (None: one clip).
 
         Returns:
             `[N, num_codebooks]` rows on `audio_input_ids`' device. `generate` calls it once, before its loop.
@@ -275,37 +277,41 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
                 "(model.generate(**inputs)): its audio_input_ids hold the rows the clips fill."
             )
         rows = self._flat_reference_rows(audio_input_ids, audio_input_ids_mask)  # [N, C]
-        audio = torch.as_tensor(reference_audio)
-        audio = audio[None] if audio.dim() == 1 else audio  # [K, S]
-        if audio.dim() != 2 or audio.shape[0] == 0:
-            raise ValueError(f"reference_audio must be [clips, samples] waveforms, got shape {tuple(audio.shape)}.")
+        audio = torch.as_tensor(reference_audio)  # [S_0 + ... + S_{K-1}]
+        if audio.dim() != 1 or audio.numel() == 0:
+            raise ValueError(
+                "reference_audio must be the clips' waveforms one after another, [total samples] (as the processor "
+                f"returns it), got shape {tuple(audio.shape)}."
+            )
         if audio.dtype not in (torch.float32, torch.float64):
             raise ValueError(
                 f"reference_audio has dtype {audio.dtype}; the codec encodes float32 waveforms (a lower precision copy "
                 "changes the clip's codes). Pass the processor's output as it is (its .to() keeps reference_audio "
                 "float32)."
             )
-        num_clips, num_samples = audio.shape
-        lengths = [num_samples] * num_clips if reference_audio_lengths is None else torch.as_tensor(
-            reference_audio_lengths).flatten().tolist()
-        if len(lengths) != num_clips or not all(0 < n <= num_samples for n in lengths):
+        lengths = [audio.numel()] if reference_audio_lengths is None else torch.as_tensor(
+            reference_audio_lengths).flatten().tolist()  # [K]
+        if not all(n > 0 for n in lengths) or sum(lengths) != audio.numel():
             raise ValueError(
-                f"reference_audio_lengths {lengths} must give 1..{num_samples} samples for each of the {num_clips} "
-                "clips of reference_audio."
+                f"reference_audio_lengths {lengths} must be positive and add up to the {audio.numel()} samples of "
+                "reference_audio (the clips one after another)."
             )
-        delayed = [spec.delay(codec.encode_waveform(audio[k, :n])) for k, n in enumerate(lengths)]  # K x [T_k + 7, 8]
-        marked = rows[:, 0] < 0  # [N] the clips' rows
-        clip_of_row = -1 - rows[marked, 0]  # [M] clip k of each marked row, in placeholder order
-        counts = torch.bincount(clip_of_row.cpu(), minlength=num_clips).tolist()  # one host read per call
+        num_clips = len(lengths)
+        delayed = [spec.delay(codec.encode_waveform(clip)) for clip in audio.split(lengths)]  # K x [T_k + 7, 8]
+        positions = torch.nonzero(rows[:, 0] == self.config.audio_placeholder_id).flatten().cpu()  # [M] one host read
         expected = [d.shape[0] for d in delayed]
-        if counts != expected:
+        ends = torch.tensor(expected).cumsum(0)  # clip k takes marked rows ends[k] - expected[k] .. ends[k] - 1
+        contiguous = positions.numel() == int(ends[-1]) and all(  # each clip's rows are one run of its prompt's
+            int(positions[end - 1] - positions[end - n]) == n - 1 for end, n in zip(ends.tolist(), expected)
+        )
+        if not contiguous:
             raise ValueError(
-                f"audio_input_ids marks {counts} rows for the {num_clips} reference clip(s), but this model's codec "
-                f"encodes them to {expected} rows: the processor did not count the frames of this model's codec. Use "
-                "the processor saved with this model, or HiggsAudioV3Processor.from_model_config(tokenizer, "
-                "model.config)."
+                f"audio_input_ids marks {positions.numel()} rows for the {num_clips} reference clip(s), but this "
+                f"model's codec encodes them to {int(ends[-1])} rows ({expected}, clip by clip): the processor did not "
+                "count the frames of this model's codec. Use the processor saved with this model, or "
+                "HiggsAudioV3Processor.from_model_config(tokenizer, model.config)."
             )
-        positions = torch.nonzero(marked).flatten()[torch.argsort(clip_of_row, stable=True)]  # rows of clip 0, 1, ...
+        positions = positions.to(rows.device)
         rows = rows.clone()
         rows[positions] = torch.cat(delayed).to(device=rows.device, dtype=rows.dtype)
         return rows

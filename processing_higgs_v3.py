@@ -20,7 +20,7 @@ model, as CSM's do): `model.encode_reference(clip, text=...)` makes a reusable v
 URL, samples) is handled as CSM's processor handles audio: the processor prepares its waveform with the model's own
 front end (`prepare_reference_waveform`), counts its frames with a pure function of the codec config
 (`codec_num_frames`, no codec needed), lays out `[P]*L` for them and returns the waveform (`reference_audio`); the
-clip's rows in `audio_input_ids` are marked (`-1 - k` for clip `k`) until `generate` encodes the clip with the model's
+clip's rows in `audio_input_ids` hold the placeholder id (-100) until `generate` encodes the clip with the model's
 codec and fills them (`model.merge_reference_clips`).
 """
 
@@ -517,10 +517,11 @@ class HiggsAudioV3Processor(ProcessorMixin):
             `HiggsAudioV3BatchFeature` with `input_ids` `[B, L]` (placeholders at reference positions),
             `attention_mask` `[B, L]` (0 on left padding) and, when any text has a reference, `audio_input_ids`
             `[N, num_codebooks]`: the delayed reference rows of all placeholders, batch-major in placeholder order.
-            With reference clips also `reference_audio` `[K, S]` (float32, the K clips' 24 kHz waveforms in
-            placeholder order, zero-padded on the right) and `reference_audio_lengths` `[K]` (samples of each); the
-            rows of clip `k` in `audio_input_ids` hold the mark `-1 - k` until `generate` fills them with the clip's
-            delayed codes. Its `to(...)` keeps `reference_audio` float32.
+            With reference clips also `reference_audio` `[S_0 + ... + S_{K-1}]` (float32: the K clips' 24 kHz
+            waveforms one after another, in placeholder order, packed without padding, so that batches of outputs
+            concatenate, as the pipeline collates them) and `reference_audio_lengths` `[K]` (`S_k`, the samples of
+            each); the clips' rows in `audio_input_ids` hold `audio_placeholder_id` (-100) until `generate` fills
+            them with the clips' delayed codes. Its `to(...)` keeps `reference_audio` float32.
 
             With `audio_target`, the training batch of `pad_training_examples` instead: `input_ids`, `attention_mask`,
             `position_ids` `[B, L]`, `audio_input_ids` `[B, N, num_codebooks]` with `audio_input_ids_mask` `[B, N]`,
@@ -587,8 +588,8 @@ class HiggsAudioV3Processor(ProcessorMixin):
         prompts, delayed_rows, clips = [], [], []
         for (codes, ref_text), spoken in zip(references, text_ids):
             prompt = [ids["tts"]]
-            if isinstance(codes, _Clip):  # clip k's rows: the mark -1 - k, filled by `generate` with its codes
-                delayed = torch.full((self.audio_spec.rows(codes.num_frames), self.num_codebooks), -1 - len(clips))
+            if isinstance(codes, _Clip):  # the clip's rows, marked with the placeholder id: `generate` fills them
+                delayed = torch.full((self.audio_spec.rows(codes.num_frames), self.num_codebooks), self.audio_placeholder_id)
                 clips.append(codes.waveform)
             elif codes is not None:
                 delayed = self.audio_spec.delay(codes)  # [T + C - 1, C]
@@ -606,12 +607,8 @@ class HiggsAudioV3Processor(ProcessorMixin):
         if delayed_rows:
             data["audio_input_ids"] = torch.cat(delayed_rows).tolist()  # [N, C]
         if clips:
-            lengths = [clip.shape[0] for clip in clips]
-            audio = torch.zeros(len(clips), max(lengths), dtype=torch.float32)  # [K, S], right padded
-            for k, clip in enumerate(clips):
-                audio[k, : lengths[k]] = clip
-            data["reference_audio"] = audio
-            data["reference_audio_lengths"] = lengths  # [K]
+            data["reference_audio"] = torch.cat(clips)  # [S_0 + ... + S_{K-1}] float32, packed
+            data["reference_audio_lengths"] = [clip.shape[0] for clip in clips]  # [K]
         return data
 
     # ------------------------------------------------------------------ training examples (teacher forcing)

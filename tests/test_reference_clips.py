@@ -148,11 +148,11 @@ def test_clip_in_every_form_equals_its_voice(tts_model, processor, clip_file):
         voice = tts_model.encode_reference(*args, **voice_options)
         waveform = audio_io_higgs_v3.prepare_reference_waveform(*args, **voice_options)  # what encode_reference encodes
         assert inputs["reference_audio"].dtype == torch.float32
-        assert torch.equal(inputs["reference_audio"], waveform[None])
+        assert torch.equal(inputs["reference_audio"], waveform)
         assert inputs["reference_audio_lengths"].tolist() == [waveform.shape[0]]
-        assert torch.equal(inputs["audio_input_ids"], torch.full((voice.num_frames + C - 1, C), -1))
+        assert torch.equal(inputs["audio_input_ids"], torch.full((voice.num_frames + C - 1, C), -100))  # to be filled
         assert_same_generation(tts_model, inputs, processor(TEXT, reference=voice), modes)
-    assert processor(TEXT, reference=short, sampling_rate=24000)["reference_audio"].shape == (1, 24000)  # padded to 1 s
+    assert processor(TEXT, reference=short, sampling_rate=24000)["reference_audio"].shape == (24000,)  # padded to 1 s
 
 
 def test_transcript_and_a_batch_mixing_clips_voices_and_none(tts_model, processor, clip_file):
@@ -166,11 +166,12 @@ def test_transcript_and_a_batch_mixing_clips_voices_and_none(tts_model, processo
     expected = processor(texts, reference=voices)
     lengths = inputs["reference_audio_lengths"].tolist()
     assert lengths == [math.ceil(1.3 * 24000), math.ceil(2.1 * 24000)]
-    assert inputs["reference_audio"].shape == (2, max(lengths))
-    assert torch.count_nonzero(inputs["reference_audio"][0, lengths[0]:]) == 0  # right padded with zeros
+    waveforms = [audio_io_higgs_v3.prepare_reference_waveform(clip_file),
+                 audio_io_higgs_v3.prepare_reference_waveform(at_44k, 44100)]
+    assert torch.equal(inputs["reference_audio"], torch.cat(waveforms))  # packed, in placeholder order
     first, middle, last = (v.num_frames + C - 1 for v in voices if v is not None)
     marks = inputs["audio_input_ids"][:, 0].tolist()  # clip 0's rows, the voice's own rows, clip 1's rows
-    assert marks == [-1] * first + expected["audio_input_ids"][first : first + middle, 0].tolist() + [-2] * last
+    assert marks == [-100] * first + expected["audio_input_ids"][first : first + middle, 0].tolist() + [-100] * last
     seeds = [3, 4, 5, 6]
     for key in ("input_ids", "attention_mask"):
         assert torch.equal(inputs[key], expected[key]), key
@@ -267,16 +268,28 @@ def test_generate_refusals(tts_model, processor):
     mismatched = other(TEXT, reference=clip, sampling_rate=24000)
     assert codec_num_frames(24000, other._codec_config) == 13
     with pytest.raises(ValueError, match=re.escape(
-        "audio_input_ids marks [20] rows for the 1 reference clip(s), but this model's codec encodes them to [32] rows: "
-        "the processor did not count the frames of this model's codec. Use the processor saved with this model, or "
-        "HiggsAudioV3Processor.from_model_config(tokenizer, model.config)."
+        "audio_input_ids marks 20 rows for the 1 reference clip(s), but this model's codec encodes them to 32 rows "
+        "([32], clip by clip): the processor did not count the frames of this model's codec. Use the processor saved "
+        "with this model, or HiggsAudioV3Processor.from_model_config(tokenizer, model.config)."
     )):
         tts_model.generate(**mismatched, max_new_tokens=ROWS)
+    # The same total but not clip by clip: two clips (a voice between them) whose waveforms come in the other order.
+    long = noise(1.6, 24000, seed=12)
+    voice = tts_model.encode_reference(long, sampling_rate=24000)
+    two = processor(["a", "b", "c"], reference=[clip, voice, long], sampling_rate=24000)
+    lengths = two["reference_audio_lengths"].tolist()
+    swapped = {**two, "reference_audio": torch.cat(two["reference_audio"].split(lengths)[::-1]),
+               "reference_audio_lengths": two["reference_audio_lengths"].flip(0)}
+    with pytest.raises(ValueError, match=re.escape(
+        "audio_input_ids marks 79 rows for the 2 reference clip(s), but this model's codec encodes them to 79 rows "
+        "([47, 32], clip by clip)"
+    )):
+        tts_model.generate(**swapped, max_new_tokens=ROWS)
     without = {key: value for key, value in inputs.items() if not key.startswith("reference_audio")}
     with pytest.raises(ValueError, match=re.escape(
-        "audio_input_ids has rows marked for reference clips (negative values) but no reference_audio was given; pass "
-        "the processor's whole output (model.generate(**inputs)): the clips' waveforms are in reference_audio and "
-        "reference_audio_lengths."
+        "audio_input_ids has rows marked for reference clips (the placeholder id -100) but no reference_audio was "
+        "given; pass the processor's whole output (model.generate(**inputs)): the clips' waveforms are in "
+        "reference_audio and reference_audio_lengths."
     )):
         tts_model.generate(**without, max_new_tokens=ROWS)
     with pytest.raises(ValueError, match=re.escape(
@@ -285,9 +298,15 @@ def test_generate_refusals(tts_model, processor):
     )):
         tts_model.generate(**{**inputs, "reference_audio": inputs["reference_audio"].bfloat16()}, max_new_tokens=ROWS)
     with pytest.raises(ValueError, match=re.escape(
-        "reference_audio_lengths [24001] must give 1..24000 samples for each of the 1 clips of reference_audio."
+        "reference_audio_lengths [24001] must be positive and add up to the 24000 samples of reference_audio (the clips "
+        "one after another)."
     )):
         tts_model.generate(**{**inputs, "reference_audio_lengths": torch.tensor([24001])}, max_new_tokens=ROWS)
+    with pytest.raises(ValueError, match=re.escape(
+        "reference_audio must be the clips' waveforms one after another, [total samples] (as the processor returns "
+        "it), got shape (1, 24000)."
+    )):
+        tts_model.generate(**{**inputs, "reference_audio": inputs["reference_audio"][None]}, max_new_tokens=ROWS)
     with pytest.raises(ValueError, match=re.escape(
         "Encoding reference clips needs the codec, and this model has none (config.codec_config is None)"
     )):
@@ -362,6 +381,23 @@ def test_pipeline_with_a_clip_in_a_chat_and_in_preprocess_params(processor, clip
     result = pipe(TEXT, preprocess_params={"reference": str(clip_file), "reference_text": "The clip's words."},
                   forward_params=options)
     assert np.array_equal(result["audio"], direct.audio[0].numpy())
+
+
+def test_pipeline_batches_chats_with_clips(tts_model, processor, clip_file):
+    """`pipe(chats, batch_size=2)`: the pipeline collates the processor's outputs (reference rows and waveforms
+    concatenated in order); each chat speaks as it does alone."""
+    from transformers import pipeline
+
+    pipe = pipeline("text-to-speech", model=tts_model, processor=processor, tokenizer=processor.tokenizer)
+    other = noise(1.9, 24000, seed=13)
+    chats = [chat({"type": "audio", "path": str(clip_file)}),
+             chat({"type": "audio", "audio": other, "sampling_rate": 24000}, transcript=None)]
+    options = {"seed": 15, "max_new_tokens": ROWS}
+    alone = [pipe(conversation, forward_params=options) for conversation in chats]
+    together = pipe(chats, forward_params=options, batch_size=2)
+    for one, both in zip(alone, together):
+        assert one["audio"].shape == both["audio"].shape
+        assert np.abs(one["audio"] - both["audio"]).max() <= 2e-8  # float rounding of a batched decode (test_audio)
 
 
 # ------------------------------------------------------------------------------------------------ remote code
