@@ -471,7 +471,7 @@ class HiggsAudioV3Processor(ProcessorMixin):
     def __call__(
         self,
         text: str | list[str],
-        reference: HiggsAudioV3Voice | str | os.PathLike | Sequence | None = None,
+        reference: HiggsAudioV3Voice | str | os.PathLike | np.ndarray | torch.Tensor | dict | Sequence | None = None,
         reference_text: str | Sequence[str | None] | None = None,
         reference_codes: torch.Tensor | Sequence[torch.Tensor | None] | None = None,
         return_tensors: str | None = "pt",
