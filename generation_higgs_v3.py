@@ -352,9 +352,10 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
                 take the rows of `audio_input_ids`.
             audio_input_ids / audio_input_ids_mask: the delayed reference rows, as in `forward`.
             reference_audio (`[S_0 + ... + S_{K-1}]`, float32) / reference_audio_lengths (`[K]`): the waveforms of
-                reference clips, one after another, and their lengths in samples, as the processor returns them for `reference=clip`; each clip is encoded
-                once with the model's codec before the decoding loop and fills the rows the processor marked for it
-                (`merge_reference_clips`), so the speech equals that of `reference=model.encode_reference(clip)`.
+                reference clips, one after another, and their lengths in samples, as the processor returns them for
+                `reference=clip`; each clip is encoded once with the model's codec before the decoding loop and fills
+                the rows the processor marked for it (`merge_reference_clips`), so the speech equals that of
+                `reference=model.encode_reference(clip)`.
             attention_mask (`[batch, length]`): 0 on left padding (all ones when omitted).
             generation_config / kwargs: `do_sample`, `temperature`, `top_k`, `top_p`, `min_p`, `max_new_tokens` (audio
                 rows, default `MAX_NEW_TOKENS` = 2048), `use_cache`, `cache_implementation`, `return_dict_in_generate`,

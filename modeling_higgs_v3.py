@@ -527,6 +527,8 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
                 batch, row-major) or `[batch, rows, num_codebooks]` with `audio_input_ids_mask` `[batch, rows]`
                 marking the valid rows. Without `input_ids` and `inputs_embeds`, `[batch, length, num_codebooks]`
                 rows are embedded directly (one audio position each), as in the decode steps of generation.
+            reference_audio / reference_audio_lengths (in `kwargs`): reference clips as the processor returns them;
+                encoded into their rows of `audio_input_ids` first (`merge_reference_clips`).
             cache / past_key_values: the KV cache (either name; transformers 5.5 uses the latter).
             inputs_embeds (`[batch, length, hidden]`): used as is instead of `input_ids`.
             audio_labels (`[batch, length, num_codebooks]`): the row each position is fed in teacher forcing

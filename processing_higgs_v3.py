@@ -589,7 +589,8 @@ class HiggsAudioV3Processor(ProcessorMixin):
         for (codes, ref_text), spoken in zip(references, text_ids):
             prompt = [ids["tts"]]
             if isinstance(codes, _Clip):  # the clip's rows, marked with the placeholder id: `generate` fills them
-                delayed = torch.full((self.audio_spec.rows(codes.num_frames), self.num_codebooks), self.audio_placeholder_id)
+                shape = (self.audio_spec.rows(codes.num_frames), self.num_codebooks)  # [T + C - 1, C]
+                delayed = torch.full(shape, self.audio_placeholder_id)
                 clips.append(codes.waveform)
             elif codes is not None:
                 delayed = self.audio_spec.delay(codes)  # [T + C - 1, C]

@@ -175,10 +175,8 @@ def test_transcript_and_a_batch_mixing_clips_voices_and_none(tts_model, processo
     seeds = [3, 4, 5, 6]
     for key in ("input_ids", "attention_mask"):
         assert torch.equal(inputs[key], expected[key]), key
-    ours = tts_model.generate(**inputs, seed=seeds, max_new_tokens=ROWS, return_dict_in_generate=True, output_audio=False)
-    theirs = tts_model.generate(**expected, seed=seeds, max_new_tokens=ROWS, return_dict_in_generate=True,
-                                output_audio=False)
-    assert torch.equal(ours.sequences, theirs.sequences)
+    ours = tts_model.generate(**inputs, seed=seeds, max_new_tokens=ROWS)
+    assert torch.equal(ours, tts_model.generate(**expected, seed=seeds, max_new_tokens=ROWS))
     greedy = tts_model.generate(**inputs, do_sample=False, max_new_tokens=ROWS)
     assert torch.equal(greedy, tts_model.generate(**expected, do_sample=False, max_new_tokens=ROWS))
 
@@ -188,12 +186,15 @@ def test_return_tensors_and_the_float32_waveform_through_to(processor):
     as_pt = processor(TEXT, reference=clip, sampling_rate=24000)
     as_np = processor(TEXT, reference=clip, sampling_rate=24000, return_tensors="np")
     as_list = processor(TEXT, reference=clip, sampling_rate=24000, return_tensors=None)
-    assert as_np["reference_audio"].dtype == np.float32 and np.array_equal(as_np["reference_audio"], as_pt["reference_audio"])
-    assert as_list["reference_audio"] == as_pt["reference_audio"].tolist() and as_list["reference_audio_lengths"] == [24000]
+    assert as_np["reference_audio"].dtype == np.float32
+    assert np.array_equal(as_np["reference_audio"], as_pt["reference_audio"])
+    assert as_list["reference_audio"] == as_pt["reference_audio"].tolist()
+    assert as_list["reference_audio_lengths"] == [24000]
     # The pipeline casts the processor's output to the model's dtype: the waveform stays float32, the rest as before.
     moved = processor(TEXT, reference=clip, sampling_rate=24000).to(dtype=torch.bfloat16)
     assert list(moved) == list(as_pt)
-    assert moved["reference_audio"].dtype == torch.float32 and torch.equal(moved["reference_audio"], as_pt["reference_audio"])
+    assert moved["reference_audio"].dtype == torch.float32
+    assert torch.equal(moved["reference_audio"], as_pt["reference_audio"])
     for key in ("input_ids", "audio_input_ids", "reference_audio_lengths"):
         assert torch.equal(moved[key], as_pt[key]) and moved[key].dtype == torch.long
     moved = processor(TEXT, reference=clip, sampling_rate=24000).to("cpu", torch.bfloat16)
@@ -336,7 +337,8 @@ def test_chat_template_with_path_url_and_audio_items(tts_model, processor, clip_
         ({"type": "audio", "url": f"{server}/{clip_file.name}"}, {"reference": str(clip_file)}),
         ({"type": "audio", "audio": str(clip_file)}, {"reference": str(clip_file)}),
         ({"type": "audio", "audio": at_44k, "sampling_rate": 44100}, {"reference": at_44k, "sampling_rate": 44100}),
-        ({"type": "audio", "audio": {"array": at_44k, "sampling_rate": 44100}}, {"reference": at_44k, "sampling_rate": 44100}),
+        ({"type": "audio", "audio": {"array": at_44k, "sampling_rate": 44100}},
+         {"reference": at_44k, "sampling_rate": 44100}),
     ]
     voice = tts_model.encode_reference(clip_file, text="The clip's words.")
     shown = processor.apply_chat_template(chat({"type": "audio", "audio": voice}, transcript=None))
@@ -441,7 +443,8 @@ def test_clip_in_the_chat_template_through_remote_code(tmp_path):
     environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
     environment.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf_home"))
     done = subprocess.run(
-        [sys.executable, "-I", "-S", "-c", script, json.dumps(site.getsitepackages()), str(repo), str(tmp_path / "me.wav")],
+        [sys.executable, "-I", "-S", "-c", script, json.dumps(site.getsitepackages()), str(repo),
+         str(tmp_path / "me.wav")],
         capture_output=True, text=True, timeout=600, env=environment, cwd=tmp_path,
     )
     assert done.returncode == 0, done.stderr[-3000:]
