@@ -438,6 +438,12 @@ class HiggsAudioV3Processor(ProcessorMixin):
                 codes = _Clip(waveform=torch.zeros(0), num_frames=0)
             voice = None
             # *** end reference clips ***
+        if voice is not None and not isinstance(voice, (str, os.PathLike)) and not hasattr(voice, "voice_format"):
+            raise ValueError(
+                f"{where[:1].upper() + where[1:]} must be a voice (model.encode_reference(clip, text=...), "
+                "HiggsAudioV3Voice.load, or a saved voice file's path) or an audio clip (a file path, an http(s) URL, "
+                f"samples with sampling_rate, or {{'array': samples, 'sampling_rate': rate}}), got {type(voice).__name__}."
+            )
         if voice is not None:
             voice = self._check_voice(voice, where)
             if voice.text is not None and ref_text is not None:

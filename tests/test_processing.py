@@ -364,8 +364,12 @@ def test_reference_argument_refusals(processor, tmp_path):
         processor("x", reference={"path": None, "bytes": b"", "sampling_rate": 16000})
     with pytest.raises(ValueError, match=re.escape("Reference audio has dtype int64; accepted are float16/float32/")):
         processor("x", reference=raw, sampling_rate=24000)
-    with pytest.raises(ValueError, match=re.escape("The reference must be a HiggsAudioV3Voice")):
-        processor("x", reference=3)
+    with pytest.raises(ValueError, match=re.escape(
+        "The reference for text 1 must be a voice (model.encode_reference(clip, text=...), HiggsAudioV3Voice.load, or a "
+        "saved voice file's path) or an audio clip (a file path, an http(s) URL, samples with sampling_rate, or "
+        "{'array': samples, 'sampling_rate': rate}), got int."
+    )):
+        processor(["x", "y"], reference=[None, 3])
     missing = tmp_path / "missing.json"
     with pytest.raises(FileNotFoundError, match=re.escape(f"Voice file {str(missing)!r} does not exist.")):
         processor("x", reference=missing)
