@@ -14,6 +14,7 @@ runs the check in a subprocess that has that folder on its path: it always runs,
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -142,9 +143,11 @@ def _install(tmp_path_factory, requirement: str) -> Path:
     return target
 
 
-def _run_check(check: str, path: Path, *args: str) -> subprocess.CompletedProcess:
+def _run_check(check: str | Path, path: Path, *args: str) -> subprocess.CompletedProcess:
+    """Python code (or a script file) run in a subprocess with `path` first on its module path."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(path), os.environ.get("PYTHONPATH")])))
-    return subprocess.run([sys.executable, "-c", check, *args], capture_output=True, text=True, env=env, timeout=600)
+    program = [str(check)] if isinstance(check, Path) else ["-c", check]
+    return subprocess.run([sys.executable, *program, *args], capture_output=True, text=True, env=env, timeout=600)
 
 
 @pytest.fixture(scope="module")
@@ -169,3 +172,23 @@ def test_bitsandbytes_8_and_4_bit_keep_the_audio_tensors_and_the_codec_unquantiz
     assert result.returncode == 0, result.stderr[-4000:]
     lines = result.stdout.splitlines()
     assert [line.split(" difference")[0] for line in lines] == ["ok 8-bit=14", "ok 4-bit=14"], result.stdout
+
+
+def test_gpu_benchmark_smaller_gpu_phases_run_on_a_cpu(bitsandbytes_path, tmp_path):
+    """`benchmarks/gpu_benchmark.py --phases placement quantized`, the checks a lent GPU runs, on the tiny model on the
+    CPU (where the codec's "other device" is the same CPU and the codec-on-CPU bnb variant is left out)."""
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "gpu_benchmark.py"
+    result = _run_check(script, bitsandbytes_path, "--tiny", "--device", "cpu", "--rounds", "1",
+                        "--rows", "11", "--e2e-rows", "11", "--prompt-length", "16", "--phases", "placement",
+                        "quantized", "--no-plot", "--out", str(tmp_path))
+    assert result.returncode == 0, result.stderr[-4000:]
+    data = json.loads((tmp_path / "gpu_benchmark.json").read_text())
+    assert data["phases"] == [] and data["skipped"] == []
+    placement = data["placement"]
+    assert placement["agree"] and placement["identical_codes"] and placement["device_map_identical_codes"]
+    assert placement["audio_difference"] == 0.0 and placement["device_map_codec_devices"] == ["cpu"]
+    quantized = {q["variant"]: q for q in data["quantized"]}
+    assert sorted(quantized) == ["bnb 4-bit nf4", "bnb 8-bit"]
+    for q in quantized.values():
+        assert q["agree"] and q["quantized_layers"] == q["expected_layers"] == 14, q
+        assert q["audio_tensors_and_codec_unquantized"] and q["audio_s"] == (11 - 7) * 960 / 24000
