@@ -203,7 +203,8 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
         over several devices (`from_pretrained` calls it; calling it again changes nothing).
 
         ```python
-        >>> model = HiggsAudioV3ForConditionalGeneration.from_pretrained(repo, device_map={"": "cuda:0", "codec": "cpu"})  # doctest: +SKIP
+        >>> placement = {"": "cuda:0", "codec": "cpu"}
+        >>> model = HiggsAudioV3ForConditionalGeneration.from_pretrained(repo, device_map=placement)  # doctest: +SKIP
         >>> model.codec.device, model.device  # doctest: +SKIP
         (device(type='cpu'), device(type='cuda', index=0))
         ```

@@ -93,8 +93,8 @@ def codec_decode_stages() -> list[dict]:
     stages = [{"stage": "conv1", "channels": acoustic["decoder_hidden_size"], "rate": rate}]
     for index, ratio in enumerate(acoustic["upsampling_ratios"]):
         rate *= ratio
-        stages.append({"stage": f"block {index} (x{ratio})", "channels": acoustic["decoder_hidden_size"] // 2 ** (index + 1),
-                       "rate": rate})
+        channels = acoustic["decoder_hidden_size"] // 2 ** (index + 1)
+        stages.append({"stage": f"block {index} (x{ratio})", "channels": channels, "rate": rate})
     for stage in stages:
         stage["mib_per_audio_second"] = 4 * stage["channels"] * stage["rate"] / 2**20
     return stages

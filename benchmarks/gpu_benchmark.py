@@ -29,8 +29,8 @@ fails with status 1, then its figures:
   (max difference / max amplitude), and the memory the GPU saves (`torch.cuda.max_memory_allocated`, weights and
   decode activations). (b) The saved model loaded with `device_map={"": device, "codec": "cpu"}`: the codec one entry
   of `hf_device_map`, on the CPU with real weights, codes identical to (a), and the weights memory against a plain load.
-- `quantized`: the saved model loaded with bitsandbytes 8-bit (LLM.int8), 4-bit NF4 and 8-bit with the codec on the
-  CPU (`llm_int8_enable_fp32_cpu_offload=True`, which transformers requires for any "cpu" entry): the projections
+- `quantized`: the saved model loaded with bitsandbytes 8-bit (LLM.int8) and 4-bit NF4, each also with the codec on
+  the CPU (`llm_int8_enable_fp32_cpu_offload=True`, which transformers requires for any "cpu" entry): the projections
   quantized and nothing else, weights memory, the prompt's audio logits against the bf16 model (max difference / max
   |logit|, reported), the eager batch-1 step, and an end-to-end run that must give audio.
 
@@ -458,6 +458,9 @@ def bnb_variants(device: str) -> dict:
     if torch.device(device).type != "cpu":
         variants["bnb 8-bit, codec on cpu"] = (
             BitsAndBytesConfig(load_in_8bit=True, llm_int8_enable_fp32_cpu_offload=True), {"": device, "codec": "cpu"})
+        variants["bnb 4-bit nf4, codec on cpu"] = (
+            BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16,
+                               llm_int8_enable_fp32_cpu_offload=True), {"": device, "codec": "cpu"})
     return variants
 
 
@@ -488,7 +491,8 @@ def quantized_check(model, saved: Path, args) -> list[dict]:
         converted = {n for n, m in quantized.named_modules() if isinstance(m, layer)}
         untouched = (quantized.audio_head.weight is quantized.audio_embed.weight
                      and type(quantized.audio_head) is torch.nn.Linear and type(quantized.lm_head) is torch.nn.Linear
-                     and not any(isinstance(m, (bnb.nn.Linear8bitLt, bnb.nn.Linear4bit)) for m in quantized.codec.modules())
+                     and not any(isinstance(m, (bnb.nn.Linear8bitLt, bnb.nn.Linear4bit))
+                                 for m in quantized.codec.modules())
                      and all(p.dtype == torch.float32 for p in quantized.codec.parameters()))
         codec_device = quantized._codec_device.type
         with torch.inference_mode(), warnings.catch_warnings():

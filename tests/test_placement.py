@@ -81,7 +81,8 @@ def test_auto_device_map_splits_the_decoder_layers_and_keeps_the_codec_whole(sav
     model, _, _ = saved
     sizes = compute_module_sizes(model)
     max_memory = {"cpu": sizes["model.embed_tokens"] + sizes["codec"] + sizes["model.layers.0"]}
-    placement = infer_auto_device_map(model, max_memory=max_memory, no_split_module_classes=list(model._no_split_modules))
+    placement = infer_auto_device_map(model, max_memory=max_memory,
+                                      no_split_module_classes=list(model._no_split_modules))
     assert placement["model.layers.0"] == "cpu" and placement["model.layers.1"] == "disk"
     assert [key for key in placement if key.startswith("codec")] == ["codec"]
     without = [name for name in model._no_split_modules if name != "HiggsAudioV3Codec"]

@@ -2,15 +2,16 @@
 `TorchAoConfig(Int8WeightOnlyConfig())`, and bitsandbytes 8-bit (LLM.int8) and 4-bit (NF4) with a plain
 `BitsAndBytesConfig`. The backbone's projections are quantized while the codec, the fused audio embedding and the audio
 head (tied to it) and the text head stay unquantized, the audio logits stay within the stated tolerance of the
-unquantized model, and it generates. bitsandbytes >= 0.46 runs both on a CPU and transformers 5.24's quantizer accepts a
-CPU (its check, `validate_bnb_backend_availability`, asks for one available device in `bnb.supported_torch_devices`,
-which includes "cpu"); the GPU loads run in `benchmarks/gpu_benchmark.py --quantized` when a GPU is lent.
+unquantized model, and it generates. bitsandbytes 0.50.2 runs both on a CPU, and the quantizers of transformers 5.5 and
+5.24 accept a CPU (their check, `validate_bnb_backend_availability`, asks for one available device among
+`bnb.supported_torch_devices`, which includes "cpu"); the GPU loads run in `benchmarks/gpu_benchmark.py --phases
+quantized` when a GPU is lent.
 
-torchao and bitsandbytes are not dependencies of the project or its tests. Installed, torchao 0.18.0 is imported by every
-`import transformers` and logs "Failed to load ..." for its CUDA kernels on stderr in every process, which would break
-the exact-stderr checks of the command line (bitsandbytes 0.50.2 logs a "kernels-community" line on import). So each
-test installs its package (`pip install --no-deps --target`, PyPI only, no other torch) into a folder of its own and
-runs the check in a subprocess that has that folder on its path: it always runs, and nothing else sees them."""
+torchao and bitsandbytes are not dependencies of the project or its tests. Installed, torchao 0.18.0 is imported by
+every `import transformers` and logs "Failed to load ..." for its CUDA kernels on stderr in every process, which would
+break the exact-stderr checks of the command line (bitsandbytes 0.50.2 logs a "kernels-community" line on import). So
+each test installs its package (`pip install --no-deps --target`, PyPI only, no other torch) into a folder of its own
+and runs the check in a subprocess that has that folder on its path: it always runs, and nothing else sees them."""
 
 from __future__ import annotations
 
