@@ -73,7 +73,9 @@ class HiggsAudioV3PreTrainedModel(PreTrainedModel):
     base_model_prefix = "model"
     main_input_name = "input_ids"
     supports_gradient_checkpointing = True
-    _no_split_modules = ["Qwen3DecoderLayer"]
+    # The decoder layers are the units `device_map="auto"` splits the backbone into; the codec is one unit (it runs
+    # outside `forward`, through `encode_reference` / `decode_audio`, on the device of its own device-map entry).
+    _no_split_modules = ["Qwen3DecoderLayer", "HiggsAudioV3Codec"]
     _skip_keys_device_placement = ["past_key_values", "cache"]
     _supports_flash_attn = True
     _supports_sdpa = True
@@ -153,10 +155,107 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
-        """`PreTrainedModel.from_pretrained`, then `freeze_codec` (also with `output_loading_info=True`)."""
+        """`PreTrainedModel.from_pretrained`, then `place_codec_by_device_map` and `freeze_codec` (also with
+        `output_loading_info=True`)."""
+        device_map = kwargs.get("device_map")
+        if isinstance(device_map, dict):  # *** Higgs v3 specific: see `place_codec_by_device_map` ***
+            cls._check_codec_entry(device_map)
+            if "" in device_map and len(device_map) > 1:
+                kwargs["device_map"] = cls._expand_root_entry(device_map)
         loaded = super().from_pretrained(*args, **kwargs)
-        (loaded[0] if isinstance(loaded, tuple) else loaded).freeze_codec()
+        model = loaded[0] if isinstance(loaded, tuple) else loaded
+        model.place_codec_by_device_map()
+        model.freeze_codec()
         return loaded
+    # *** end Higgs v3 specific ***
+
+    # *** Higgs v3 specific: the codec on its own device-map entry. accelerate treats a "cpu" or "disk" entry next to
+    # an accelerator as *offloaded*: the weights are replaced by meta tensors and copied to the accelerator by hooks
+    # around each `forward`. The codec is never called through `forward` (its `encode` / `decode` are), and the point
+    # of giving it its own entry is to run it there, off the accelerator; so its hooks are removed and its weights put
+    # back on the device of its entry (a "disk" entry: on the CPU). ***
+    _top_level_modules = ("model", "audio_embed", "audio_head", "lm_head", "codec")  # the children `__init__` makes
+
+    @staticmethod
+    def _check_codec_entry(device_map: dict) -> None:
+        parts = sorted(key for key in device_map if key.startswith("codec."))
+        if parts:
+            raise ValueError(
+                f"The device map splits the codec over several entries ({parts}); the codec is one unit: give it one "
+                'entry, e.g. device_map={"": "cuda:0", "codec": "cpu"}.'
+            )
+
+    @classmethod
+    def _expand_root_entry(cls, device_map: dict) -> dict:
+        """`{"": "cuda:0", "codec": "cpu"}` -> `{"model": "cuda:0", ..., "lm_head": "cuda:0", "codec": "cpu"}`: the
+        root entry given to each top-level module without an entry of its own. accelerate places all of a root entry's
+        submodules on its device first (and only then offloads the other entries), so a root entry would put the codec
+        on the accelerator while loading, and fails when the codec is offloaded to the disk. A map with deeper entries
+        (`"model.layers.3"`) is returned as given."""
+        others = {key: value for key, value in device_map.items() if key}
+        if any("." in key for key in others):
+            return device_map
+        return {**{name: device_map[""] for name in cls._top_level_modules if name not in others}, **others}
+
+    def place_codec_by_device_map(self) -> None:
+        """Make the codec run on the device its `hf_device_map` entry names (`"cpu"` and `"disk"`: the CPU): weights
+        offloaded by accelerate are loaded there and the codec's hooks are removed. Nothing to do without a device map
+        over several devices (`from_pretrained` calls it; calling it again changes nothing).
+
+        ```python
+        >>> placement = {"": "cuda:0", "codec": "cpu"}
+        >>> model = HiggsAudioV3ForConditionalGeneration.from_pretrained(repo, device_map=placement)  # doctest: +SKIP
+        >>> model.codec.device, model.device  # doctest: +SKIP
+        (device(type='cpu'), device(type='cuda', index=0))
+        ```
+        """
+        device_map = getattr(self, "hf_device_map", None)
+        if getattr(self, "codec", None) is None or not device_map:
+            return
+        self._check_codec_entry(device_map)
+        owner = "codec" if "codec" in device_map else ""
+        if owner not in device_map:
+            return
+        target = device_map[owner]
+        device = torch.device("cpu" if target in ("cpu", "disk") else target)
+        hooked = [module for module in self.codec.modules() if hasattr(module, "_hf_hook")]
+        if hooked:
+            from accelerate.hooks import remove_hook_from_module
+            from accelerate.utils import set_module_tensor_to_device
+
+            offloaded = [(m, m._hf_hook) for m in hooked if getattr(m._hf_hook, "offload", False)]
+            remove_hook_from_module(self.codec, recurse=True)  # "cpu" offload: the weights come back to the CPU
+            for module, hook in offloaded:  # "disk" offload: still meta; read them from the offload folder
+                for name, tensor in [*module.named_parameters(recurse=hook.place_submodules),
+                                     *module.named_buffers(recurse=hook.place_submodules)]:
+                    if tensor.device.type == "meta":
+                        if hook.weights_map is None or name not in hook.weights_map:
+                            raise ValueError(
+                                f"The codec's tensor {name!r} was offloaded without its weights; give the codec its "
+                                'own device-map entry on a device or "cpu".'
+                            )
+                        set_module_tensor_to_device(module, name, device, value=hook.weights_map[name])
+        meta = [name for name, tensor in self.codec.state_dict().items() if tensor.device.type == "meta"]
+        if meta:
+            raise ValueError(
+                f"The codec has weights on the meta device ({meta[:3]}...) under device map entry {owner!r}: "
+                f"{target!r}; give the codec its own entry, e.g. device_map={{\"\": \"cuda:0\", \"codec\": \"cpu\"}}."
+            )
+        self.codec.to(device)  # buffers an offload hook had put on the accelerator, too
+        if target == "disk":
+            logger.warning_once(
+                "The device map put the codec on the disk; it runs on the CPU instead (its weights are loaded there): "
+                "it runs outside the model's forward, so it is not streamed from the disk."
+            )
+            if owner == "codec":
+                self.hf_device_map = {**device_map, "codec": "cpu"}
+
+    @property
+    def _codec_device(self) -> torch.device:
+        """The device the codec runs on (its own `device_map` entry may differ from the backbone's `model.device`):
+        `encode_reference` / `encode_target` move waveforms there and return codes on the CPU, `decode_audio`,
+        `generate` and the streamer move codes there and return waveforms on the codes' device / the CPU."""
+        return self._require_codec("Finding the codec's device").fc.weight.device
     # *** end Higgs v3 specific ***
 
     # ------------------------------------------------------------------ embeddings
@@ -186,8 +285,10 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
         per frame, `[N, hidden]`. Generation's decode step calls it with offsets computed once per call.
 
         The sum is taken over the looked-up rows in one reduction, so in bf16 / fp16 it is rounded once, as the
-        official server computes it (`F.embedding(...).sum(-2)`); `F.embedding_bag` would round while it adds."""
-        return F.embedding(fused, self.audio_embed.weight).sum(-2)
+        official server computes it (`F.embedding(...).sum(-2)`); `F.embedding_bag` would round while it adds. The
+        lookup is the module's call (`F.embedding` on its weight), so a `device_map` that offloads `audio_embed` to the
+        CPU or the disk works: accelerate's hook brings the weight for the call."""
+        return self.audio_embed(fused).sum(-2)  # [N, C, H] -> [N, H]
 
     def audio_logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """Audio head: `[batch, positions, hidden]` -> `[batch, positions, num_codebooks, codebook_size]` (codebook-major)."""

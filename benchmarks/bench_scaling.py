@@ -2,7 +2,8 @@
 
 1. `memory`: the real model's weight memory per placement, **computed** from its shapes (the original config and the
    real codec config; no weights needed): one device, the codec on its own device, tensor parallel over 2 ranks,
-   torchao int8 weight-only. Plus the KV cache per 1000 positions of one sequence.
+   torchao int8 weight-only, bitsandbytes 8-bit and 4-bit NF4 (with the codec on the device or the CPU). Plus the KV
+   cache per 1000 positions of one sequence and the codec decoder's activation per stage per second of audio.
 2. `load`: peak resident memory of a fresh process that loads the tiny model, unquantized vs torchao int8 weight-only
    (the latter when torchao is installed; it is not a dependency, see tests/test_quantization.py).
 3. `batch`: `higgs-v3 batch` throughput (seconds of audio per second of wall time inside the run, model loading
@@ -64,12 +65,39 @@ def placements(parts: dict[str, int]) -> dict[str, dict[str, float]]:
     codec = 4 * parts["codec"]
     tp_rank = 2 * (parts["linear"] / 2 + parts["embed_tokens"] / 2 + parts["audio_embed"] + parts["norms"]) + codec
     int8 = parts["linear"] + 2 * parts["linear_rows"] + 2 * lm_other + codec  # int8 weights, one bf16 scale per row
+    # bitsandbytes: LLM.int8 keeps int8 weights and one fp32 scale per output row (`SCB`); NF4 packs two 4-bit codes a
+    # byte and keeps one fp32 absmax per block of 64 weights (no double quantization). Every projection's input width
+    # (2560, 4096, 9728) is a multiple of 64.
+    bnb8 = parts["linear"] + 4 * parts["linear_rows"] + 2 * lm_other
+    nf4 = parts["linear"] / 2 + 4 * parts["linear"] / 64 + 2 * lm_other
     return {
         "one device (bf16 LM, fp32 codec)": {"device 0": (lm + codec) / GIB},
         "codec on its own device (or the CPU)": {"device 0": lm / GIB, "codec device": codec / GIB},
         "tensor parallel, 2 ranks": {"each rank": tp_rank / GIB},
         "torchao int8 weight-only (projections int8)": {"device 0": int8 / GIB},
+        "bitsandbytes 8-bit (LLM.int8)": {"device 0": (bnb8 + codec) / GIB},
+        "bitsandbytes 8-bit, codec on the CPU": {"device 0": bnb8 / GIB, "cpu": codec / GIB},
+        "bitsandbytes 4-bit NF4": {"device 0": (nf4 + codec) / GIB},
+        "bitsandbytes 4-bit NF4, codec on the CPU": {"device 0": nf4 / GIB, "cpu": codec / GIB},
     }
+
+
+def codec_decode_stages() -> list[dict]:
+    """The real codec's decoder, stage by stage (the DAC decoder after `fc2`: a convolution at the frame rate, then one
+    block per upsampling ratio, each halving the channels): channels, samples per second of audio, and the MiB one fp32
+    activation of that stage takes per second of audio. Computed from the codec config."""
+    from higgs_v3.configuration_higgs_v3 import REAL_CODEC_CONFIG
+
+    acoustic = REAL_CODEC_CONFIG["acoustic_model_config"]
+    rate = REAL_CODEC_CONFIG["sample_rate"] / math.prod(acoustic["upsampling_ratios"])  # 25 frames per second
+    stages = [{"stage": "conv1", "channels": acoustic["decoder_hidden_size"], "rate": rate}]
+    for index, ratio in enumerate(acoustic["upsampling_ratios"]):
+        rate *= ratio
+        channels = acoustic["decoder_hidden_size"] // 2 ** (index + 1)
+        stages.append({"stage": f"block {index} (x{ratio})", "channels": channels, "rate": rate})
+    for stage in stages:
+        stage["mib_per_audio_second"] = 4 * stage["channels"] * stage["rate"] / 2**20
+    return stages
 
 
 def memory_report() -> dict:
@@ -80,7 +108,11 @@ def memory_report() -> dict:
         print(f"  {name:46s} " + ", ".join(f"{device} {gib:.2f}" for device, gib in devices.items()))
     kv = 2 * parts["kv_per_position"] * 1000 / GIB
     print(f"  KV cache, bf16: {kv:.3f} GiB per 1000 positions of one sequence (computed)")
-    return {"parts": parts, "placements": table, "kv_gib_per_1000_positions": kv}
+    stages = codec_decode_stages()
+    print("Codec decoder, one fp32 activation per stage (MiB per second of audio, computed): "
+          + ", ".join(f"{s['stage']} {s['channels']} x {s['rate']:g}/s = {s['mib_per_audio_second']:.2f}"
+                      for s in stages))
+    return {"parts": parts, "placements": table, "kv_gib_per_1000_positions": kv, "codec_decode_stages": stages}
 
 
 _LOAD = """

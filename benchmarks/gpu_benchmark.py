@@ -4,6 +4,7 @@ codec) with random weights in bf16, measured as a user would run it.
 
     python benchmarks/gpu_benchmark.py                 # on a CUDA machine; within 7 minutes on an H200
     python benchmarks/gpu_benchmark.py --tiny          # the same logic on a tiny model (CPU or GPU), for testing
+    python benchmarks/gpu_benchmark.py --phases placement quantized   # the smaller-GPU checks (needs bitsandbytes)
 
 Phases, in this order, each skipped (and reported as skipped) when the time budget (--budget-s) runs short:
 
@@ -20,6 +21,21 @@ Phases, in this order, each skipped (and reported as skipped) when the time budg
 
 No number is printed before every compiled path that ran passed its check; a failed check exits with status 1.
 
+`--phases` picks what runs (default `speed`, the phases above). The smaller-GPU checks (issue 17), each a check that
+fails with status 1, then its figures:
+
+- `placement`: the codec on the device vs on the CPU. (a) The built model, batch 1 end to end (`--e2e-rows` rows and
+  the decode), then again after `model.codec.to("cpu")`: identical greedy codes, waveforms within --audio-tolerance
+  (max difference / max amplitude), and the memory the GPU saves (`torch.cuda.max_memory_allocated`, weights and
+  decode activations). (b) The saved model loaded with `device_map={"": device, "codec": "cpu"}`: the codec one entry
+  of `hf_device_map`, on the CPU with real weights, codes identical to (a), and the weights memory against a plain load.
+- `quantized`: the saved model loaded with bitsandbytes 8-bit (LLM.int8) and 4-bit NF4, each also with the codec on
+  the CPU (`llm_int8_enable_fp32_cpu_offload=True`, which transformers requires for any "cpu" entry): the projections
+  quantized and nothing else, weights memory, the prompt's audio logits against the bf16 model (max difference / max
+  |logit|, reported), the eager batch-1 step, and an end-to-end run that must give audio.
+
+Both save the built model once into a temporary folder (8.3 GB for the full size) and load it back.
+
 Definitions. Step: median interval between two streamed rows after the first --skip rows (one full iteration of the
 decoding loop). Time to first audio: from the `generate` call to the first waveform chunk of the project's
 `HiggsAudioV3AudioStreamer`, with its defaults (10 frames, decoded with 12 frames of right context: 29 rows) and
@@ -32,10 +48,15 @@ known for H200, H100, A100). Writes gpu_benchmark.json and gpu_benchmark.png int
 
 from __future__ import annotations
 
+import gc
+import logging
+import math
 import sys
+import tempfile
 import threading
 import time
 import warnings
+from pathlib import Path
 
 import torch
 from transformers import CompileConfig
@@ -43,9 +64,11 @@ from transformers import CompileConfig
 import _harness as H
 from higgs_v3.tiny_higgs_v3 import tiny_codec_config
 from higgs_v3.configuration_higgs_v3 import REAL_CODEC_CONFIG
+from higgs_v3.modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
 from higgs_v3.streaming_higgs_v3 import HiggsAudioV3AudioStreamer
 
 
+PHASES = ("speed", "placement", "quantized")
 # Memory bandwidth in TB/s of the GPUs we know (the SXM parts); matched on the device name.
 BANDWIDTH_TBS = {"H200": 4.8, "H100": 3.35, "A100": 2.0, "L40S": 0.864, "A10G": 0.6, "RTX 4090": 1.008}
 SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
@@ -68,6 +91,10 @@ def parse_args(argv):
     parser.add_argument("--sync-rows", type=int, nargs=2, default=[12, 28], help="short and long run of the sync count")
     parser.add_argument("--tolerance", type=float, default=0.25, help="logit difference / logit std of a near-tie")
     parser.add_argument("--bandwidth-tbs", type=float, default=None, help="device memory bandwidth, TB/s")
+    parser.add_argument("--phases", nargs="+", choices=PHASES, default=["speed"],
+                        help="what to run (default: speed; placement and quantized are the smaller-GPU checks)")
+    parser.add_argument("--audio-tolerance", type=float, default=1e-2,
+                        help="placement: max |waveform difference| / max |waveform|, codec on the CPU vs the device")
     args = parser.parse_args(argv)
     H.check_positive(rounds=args.rounds, rows=args.rows, check_rows=args.check_rows, e2e_rows=args.e2e_rows,
                      prompt_length=args.prompt_length, batches=min(args.batches))
@@ -278,7 +305,7 @@ def report(result: dict) -> None:
             "mem": p["peak_memory_gib"], "sync": syncs.get("sync_debug_warnings"),
             "prof": syncs.get("profiler_sync_calls"), "reads": syncs.get("python_host_reads"),
         })
-    print(H.format_table(rows, [
+    print(rows and H.format_table(rows, [
         ("variant", "variant", ""), ("batch", "batch", "d"), ("step", "step ms", ".2f"), ("spread", "spread", ""),
         ("floor", "x floor", ".1f"), ("rtf", "RTF", ".3f"), ("tput", "audio s/s", ".1f"),
         ("first_row", "1st row ms", ".0f"), ("ttfa", "TTFA ms", ".0f"), ("ttfa1", "TTFA 1fr ms", ".0f"),
@@ -292,6 +319,25 @@ def report(result: dict) -> None:
         state = "identical" if c["identical"] else (f"identical for {c['identical_rows']} rows, then a near-tie "
                                                     f"(max logit diff {c['max_logit_diff_over_std']:.3f} std)")
         print(f"greedy codes, compiled vs eager, batch {c['batch']}: {state}")
+    placement = result.get("placement")
+    if placement:
+        saved = (f", the GPU's peak {placement['saved_peak_gib']:.2f} GiB lower"
+                 if placement["saved_peak_gib"] is not None else "")
+        print(f"codec on the CPU vs on the device, batch 1, {placement['e2e_rows']} rows + decode: codes "
+              f"{'identical' if placement['identical_codes'] else 'DIFFERENT'}, audio difference "
+              f"{placement['audio_difference']:.2e} of max amplitude (tolerance {placement['audio_tolerance']:g}); "
+              f"codec weights {placement['codec_weights_gib']:.2f} GiB{saved}; wall "
+              f"{placement['wall_s']['codec on device']:.2f} s vs {placement['wall_s']['codec on cpu']:.2f} s")
+        print(f"device_map={{'': device, 'codec': 'cpu'}}: codec entries {placement['device_map_codec_entries']}, "
+              f"codes {'identical' if placement['device_map_identical_codes'] else 'DIFFERENT'}"
+              + (f", weights {placement['device_map_weights_gib']:.2f} GiB on the device"
+                 if placement["device_map_weights_gib"] is not None else ""))
+    if result.get("quantized"):
+        print(H.format_table([{**q, "step": q["step_ms"]["median"]} for q in result["quantized"]], [
+            ("variant", "variant", ""), ("quantized_layers", "layers q", "d"), ("weights_gib", "weights GiB", ".2f"),
+            ("logit_difference", "logit diff", ".3f"), ("step", "step ms", ".2f"), ("rtf", "RTF", ".3f"),
+            ("peak_memory_gib", "peak GiB", ".2f"), ("codec_device", "codec", ""), ("load_s", "load s", ".1f"),
+        ]))
     for s in result["skipped"]:
         print(f"skipped: {s}")
 
@@ -316,6 +362,205 @@ def plot(result: dict, out):
     return H.save_figure(figure, out, "gpu_benchmark")
 
 
+# ---------------------------------------------------------------------------------------------- smaller GPUs
+def memory_allocated(device: str) -> int | None:
+    if not device.startswith("cuda"):
+        return None
+    synchronize(device)
+    return torch.cuda.memory_allocated()
+
+
+def gib(nbytes: int | None) -> float | None:
+    return None if nbytes is None else nbytes / 2**30
+
+
+def waveform_difference(first: list[torch.Tensor], second: list[torch.Tensor]) -> float:
+    """max |a - b| / max |a| over the waveforms of two runs (on the CPU), inf when their lengths differ."""
+    if [w.numel() for w in first] != [w.numel() for w in second]:
+        return float("inf")
+    a = torch.cat([w.float().cpu() for w in first])
+    b = torch.cat([w.float().cpu() for w in second])
+    return float((a - b).abs().max() / a.abs().max().clamp_min(1e-12))
+
+
+def free(device: str) -> None:
+    gc.collect()
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+
+
+def placement_check(model, saved: Path, args) -> dict:
+    """The codec on the device vs on the CPU (see the module doc, `placement`)."""
+    device, codec_bytes = args.device, sum(t.numel() * t.element_size() for t in model.codec.state_dict().values())
+    inputs = H.ours_prompt(model.config, 1, args.prompt_length, device=device)
+    common = dict(max_new_tokens=args.e2e_rows, do_sample=False, return_dict_in_generate=True)
+    runs = {}
+    with torch.inference_mode():
+        for where in ("device", "cpu"):
+            if where == "cpu":
+                model.codec.to("cpu")  # the documented way for a model already loaded
+            free(device)
+            reset_peak(device)
+            allocated = memory_allocated(device)
+            start = time.perf_counter()
+            out = model.generate(**inputs, **common)
+            synchronize(device)
+            runs[where] = {"out": out, "wall_s": time.perf_counter() - start, "allocated": allocated,
+                           "peak": torch.cuda.max_memory_allocated() if device.startswith("cuda") else None}
+        model.codec.to(device)
+    on, off = runs["device"], runs["cpu"]
+    identical = torch.equal(on["out"].sequences, off["out"].sequences)
+    audio_difference = waveform_difference(on["out"].audio, off["out"].audio)
+    # (b) the loading path: `device_map` with the codec on its own entry, against a plain load
+    free(device)
+    before = memory_allocated(device)
+    placed = HiggsAudioV3ForConditionalGeneration.from_pretrained(
+        saved, dtype=torch.bfloat16, device_map={"": device, "codec": "cpu"}).eval()
+    placed_bytes = None if before is None else memory_allocated(device) - before
+    # transformers keeps a device map (`hf_device_map`) only when it spans several devices: not on a CPU alone
+    codec_entries = {k: v for k, v in getattr(placed, "hf_device_map", {}).items() if k.startswith("codec")}
+    expected_entries = {} if torch.device(device).type == "cpu" else {"codec": "cpu"}
+    codec_devices = {t.device.type for t in placed.codec.state_dict().values()}
+    with torch.inference_mode():
+        loaded = placed.generate(**inputs, **common)
+    loaded_identical = torch.equal(loaded.sequences, on["out"].sequences)
+    loaded_difference = waveform_difference(on["out"].audio, loaded.audio)
+    del placed, loaded
+    free(device)
+    agree = (identical and audio_difference <= args.audio_tolerance and codec_entries == expected_entries
+             and codec_devices == {"cpu"} and loaded_identical and loaded_difference <= args.audio_tolerance)
+    print("  measured placement", file=sys.stderr, flush=True)
+    return {
+        "agree": agree, "identical_codes": identical, "audio_difference": audio_difference,
+        "audio_tolerance": args.audio_tolerance, "codec_weights_gib": codec_bytes / 2**30,
+        "e2e_rows": args.e2e_rows,
+        "peak_gib": {"codec on device": gib(on["peak"]), "codec on cpu": gib(off["peak"])},
+        "allocated_gib": {"codec on device": gib(on["allocated"]), "codec on cpu": gib(off["allocated"])},
+        "saved_peak_gib": None if on["peak"] is None else gib(on["peak"] - off["peak"]),
+        "wall_s": {"codec on device": on["wall_s"], "codec on cpu": off["wall_s"]},
+        "device_map_codec_entries": codec_entries, "device_map_codec_devices": sorted(codec_devices),
+        "device_map_identical_codes": loaded_identical, "device_map_audio_difference": loaded_difference,
+        "device_map_weights_gib": gib(placed_bytes),
+    }
+
+
+def bnb_variants(device: str) -> dict:
+    """The bitsandbytes loads of the `quantized` check: (quantization config, device map). The codec-on-CPU variant
+    needs an accelerator: on a CPU alone every entry is "cpu", and `llm_int8_enable_fp32_cpu_offload` leaves every
+    "cpu" entry unquantized."""
+    from transformers import BitsAndBytesConfig
+
+    variants = {
+        "bnb 8-bit": (BitsAndBytesConfig(load_in_8bit=True), {"": device}),
+        "bnb 4-bit nf4": (BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
+                                             bnb_4bit_compute_dtype=torch.bfloat16), {"": device}),
+    }
+    if torch.device(device).type != "cpu":
+        variants["bnb 8-bit, codec on cpu"] = (
+            BitsAndBytesConfig(load_in_8bit=True, llm_int8_enable_fp32_cpu_offload=True), {"": device, "codec": "cpu"})
+        variants["bnb 4-bit nf4, codec on cpu"] = (
+            BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_compute_dtype=torch.bfloat16,
+                               llm_int8_enable_fp32_cpu_offload=True), {"": device, "codec": "cpu"})
+    return variants
+
+
+def quantized_check(model, saved: Path, args) -> list[dict]:
+    """bitsandbytes 8-bit, 4-bit NF4 and 8-bit with the codec on the CPU (see the module doc, `quantized`)."""
+    import bitsandbytes as bnb
+
+    # LLM.int8 multiplies in fp16: bitsandbytes logs "inputs will be cast from torch.bfloat16 to float16" every call
+    logging.getLogger("bitsandbytes.autograd._functions").setLevel(logging.ERROR)
+    device = args.device
+    inputs = H.ours_prompt(model.config, 1, args.prompt_length, device=device)
+    with torch.inference_mode():
+        reference = model(**inputs, logits_to_keep=1).logits.float()  # [1, 1, C, V]
+    projections = {name for name, module in model.named_modules()
+                   if isinstance(module, torch.nn.Linear) and name.startswith("model.layers.")}
+    results = []
+    for name, (quantization, device_map) in bnb_variants(device).items():
+        free(device)
+        before = memory_allocated(device)
+        start = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            quantized = HiggsAudioV3ForConditionalGeneration.from_pretrained(
+                saved, dtype=torch.bfloat16, quantization_config=quantization, device_map=device_map).eval()
+        load_s = time.perf_counter() - start
+        weights = None if before is None else memory_allocated(device) - before
+        layer = bnb.nn.Linear8bitLt if "8-bit" in name else bnb.nn.Linear4bit
+        converted = {n for n, m in quantized.named_modules() if isinstance(m, layer)}
+        untouched = (quantized.audio_head.weight is quantized.audio_embed.weight
+                     and type(quantized.audio_head) is torch.nn.Linear and type(quantized.lm_head) is torch.nn.Linear
+                     and not any(isinstance(m, (bnb.nn.Linear8bitLt, bnb.nn.Linear4bit))
+                                 for m in quantized.codec.modules())
+                     and all(p.dtype == torch.float32 for p in quantized.codec.parameters()))
+        codec_device = quantized._codec_device.type
+        with torch.inference_mode(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            logits = quantized(**inputs, logits_to_keep=1).logits.float()
+            difference = float((logits - reference).abs().max() / reference.abs().max())
+            timed = phase(quantized, 1, name, {}, args, detail=False)
+            out = quantized.generate(**inputs, max_new_tokens=args.e2e_rows, do_sample=False,
+                                     return_dict_in_generate=True)
+        expected_codec = "cpu" if device_map.get("codec") == "cpu" else torch.device(device).type
+        agree = (converted == projections and untouched and codec_device == expected_codec
+                 and len(out.audio) == 1 and out.audio[0].numel() > 0 and math.isfinite(difference))
+        results.append({
+            "variant": name, "agree": agree, "quantized_layers": len(converted), "expected_layers": len(projections),
+            "audio_tensors_and_codec_unquantized": untouched, "codec_device": codec_device, "load_s": load_s,
+            "weights_gib": gib(weights), "logit_difference": difference, "step_ms": timed["step_ms"],
+            "rtf": timed["rtf"], "peak_memory_gib": timed["peak_memory_gib"],
+            "audio_s": out.audio[0].numel() / model.config.sampling_rate,
+        })
+        del quantized, out
+        print(f"  measured {name}", file=sys.stderr, flush=True)
+    free(device)
+    return results
+
+
+def measure_speed(model, args, budget: Budget) -> dict | None:
+    """The `speed` phases (see the module doc); None when a compiled path failed its check (printed)."""
+    eager = {}  # dynamic cache, no compilation
+    compiled = {"cache_implementation": "static", "compile_config": compile_config(args)}
+    phases, checks, e2e = [], [], []
+    first_compile_s = None
+    with torch.inference_mode():
+        phases.append(phase(model, 1, "eager", eager, args, detail=True))
+        if budget.allows("static+compile batch 1", args.compile_reserve_s):
+            inputs = H.ours_prompt(model.config, 1, args.prompt_length, device=args.device)
+            compile_start = time.perf_counter()
+            # The longest run first: the static cache keeps its length for every later call (no recompilation).
+            longest = max(args.e2e_rows, args.rows, args.check_rows, *args.sync_rows,
+                          *(ttfa_rows(f, c, model.config.num_codebooks) for f, c in TTFA_SETTINGS))
+            H.run_ours(model, inputs, longest, "greedy", **compiled)
+            synchronize(args.device)
+            first_compile_s = time.perf_counter() - compile_start
+            check = {"batch": 1, **H.greedy_agreement(model, inputs, args.check_rows, eager, compiled, args.tolerance)}
+            checks.append(check)
+            if not check["agree"]:
+                print(f"FAILED: compiled and eager greedy codes disagree at batch 1: {check}. No numbers reported.")
+                return None
+            phases.append(phase(model, 1, "static+compile", compiled, args, detail=True))
+            e2e.append(end_to_end(model, compiled, args, "static+compile"))
+        # Largest batch first (batch 32 carries the throughput target); compiled before eager at each size.
+        for batch in sorted(args.batches, reverse=True):
+            if first_compile_s is not None and budget.allows(f"static+compile batch {batch}", args.compile_reserve_s):
+                inputs = H.ours_prompt(model.config, batch, args.prompt_length, device=args.device)
+                check = {"batch": batch, **H.greedy_agreement(model, inputs, args.check_rows, eager, compiled,
+                                                              args.tolerance)}
+                checks.append(check)
+                if not check["agree"]:
+                    print(f"FAILED: compiled and eager greedy codes disagree at batch {batch}: {check}. No numbers "
+                          "reported.")
+                    return None
+                phases.append(phase(model, batch, "static+compile", compiled, args, detail=False))
+            if budget.allows(f"eager batch {batch}", 0 if args.tiny else 30):
+                phases.append(phase(model, batch, "eager", eager, args, detail=False))
+        if budget.allows("end-to-end eager batch 1", 0 if args.tiny else 20):
+            e2e.append(end_to_end(model, eager, args, "eager"))
+    return {"phases": phases, "checks": checks, "end_to_end": e2e, "first_compiled_call_s": first_compile_s}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     H.setup(args.threads)
@@ -336,49 +581,32 @@ def main(argv: list[str] | None = None) -> int:
     build_s = time.perf_counter() - start
     weights_gib = torch.cuda.memory_allocated() / 2**30 if cuda else None
 
-    eager = {}  # dynamic cache, no compilation
-    compiled = {"cache_implementation": "static", "compile_config": compile_config(args)}
-    phases, checks, e2e = [], [], []
-    first_compile_s = None
-    with torch.inference_mode():
-        phases.append(phase(model, 1, "eager", eager, args, detail=True))
-        if budget.allows("static+compile batch 1", args.compile_reserve_s):
-            inputs = H.ours_prompt(model.config, 1, args.prompt_length, device=device)
-            compile_start = time.perf_counter()
-            # The longest run first: the static cache keeps its length for every later call (no recompilation).
-            longest = max(args.e2e_rows, args.rows, args.check_rows, *args.sync_rows,
-                          *(ttfa_rows(f, c, model.config.num_codebooks) for f, c in TTFA_SETTINGS))
-            H.run_ours(model, inputs, longest, "greedy", **compiled)
-            synchronize(device)
-            first_compile_s = time.perf_counter() - compile_start
-            check = {"batch": 1, **H.greedy_agreement(model, inputs, args.check_rows, eager, compiled, args.tolerance)}
-            checks.append(check)
-            if not check["agree"]:
-                print(f"FAILED: compiled and eager greedy codes disagree at batch 1: {check}. No numbers reported.")
-                return 1
-            phases.append(phase(model, 1, "static+compile", compiled, args, detail=True))
-            e2e.append(end_to_end(model, compiled, args, "static+compile"))
-        # Largest batch first (batch 32 carries the throughput target); compiled before eager at each size.
-        for batch in sorted(args.batches, reverse=True):
-            if first_compile_s is not None and budget.allows(f"static+compile batch {batch}", args.compile_reserve_s):
-                inputs = H.ours_prompt(model.config, batch, args.prompt_length, device=device)
-                check = {"batch": batch, **H.greedy_agreement(model, inputs, args.check_rows, eager, compiled,
-                                                              args.tolerance)}
-                checks.append(check)
-                if not check["agree"]:
-                    print(f"FAILED: compiled and eager greedy codes disagree at batch {batch}: {check}. No numbers "
-                          "reported.")
+    speed = {"phases": [], "checks": [], "end_to_end": [], "first_compiled_call_s": None}
+    if "speed" in args.phases:
+        speed = measure_speed(model, args, budget)
+        if speed is None:
+            return 1
+    first_compile_s = speed["first_compiled_call_s"]
+    smaller = {}
+    if {"placement", "quantized"} & set(args.phases):
+        with tempfile.TemporaryDirectory(prefix="gpu_benchmark_") as folder:
+            saved = Path(folder) / "model"
+            model.save_pretrained(saved)
+            if "placement" in args.phases and budget.allows("placement", 0 if args.tiny else 60):
+                smaller["placement"] = placement_check(model, saved, args)
+                if not smaller["placement"]["agree"]:
+                    print(f"FAILED: the codec on the CPU changed the output: {smaller['placement']}.")
                     return 1
-                phases.append(phase(model, batch, "static+compile", compiled, args, detail=False))
-            if budget.allows(f"eager batch {batch}", 0 if args.tiny else 30):
-                phases.append(phase(model, batch, "eager", eager, args, detail=False))
-        if budget.allows("end-to-end eager batch 1", 0 if args.tiny else 20):
-            e2e.append(end_to_end(model, eager, args, "eager"))
+            if "quantized" in args.phases and budget.allows("quantized", 0 if args.tiny else 150):
+                smaller["quantized"] = quantized_check(model, saved, args)
+                if not all(q["agree"] for q in smaller["quantized"]):
+                    print(f"FAILED: a bitsandbytes load failed its check: {smaller['quantized']}.")
+                    return 1
 
     result = {
         "tiny": args.tiny, "device_name": device_name, "build_s": build_s, "weights_gib": weights_gib,
-        "first_compiled_call_s": first_compile_s, "floor": decode_floor(model, bandwidth), "phases": phases,
-        "end_to_end": e2e, "checks": checks, "skipped": budget.skipped,
+        "first_compiled_call_s": first_compile_s, "floor": decode_floor(model, bandwidth), "phases": speed["phases"],
+        "end_to_end": speed["end_to_end"], "checks": speed["checks"], **smaller, "skipped": budget.skipped,
         "settings": {k: str(v) if not isinstance(v, (int, float, bool, list)) else v for k, v in vars(args).items()},
         "elapsed_s": time.perf_counter() - start,
     }
@@ -386,7 +614,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"first compiled call (compilation) {first_compile_s:.1f} s; total {result['elapsed_s']:.0f} s"
           if first_compile_s is not None else f"total {result['elapsed_s']:.0f} s")
     print(f"wrote {H.write_results(args.out, 'gpu_benchmark', result, args.json)}")
-    if not args.no_plot:
+    if not args.no_plot and result["phases"]:
         print(f"wrote {plot(result, args.out)}")
     return 0
 

@@ -39,3 +39,18 @@ def test_computed_counts_equal_the_real_checkpoint_and_the_placements_follow():
     assert table["tensor parallel, 2 ranks"]["each rank"] == pytest.approx(rank / gib)
     int8 = parts["linear"] + 2 * parts["linear_rows"] + 2 * (lm - parts["linear"]) + 4 * codec
     assert table["torchao int8 weight-only (projections int8)"]["device 0"] == pytest.approx(int8 / gib)
+    bnb8 = parts["linear"] + 4 * parts["linear_rows"] + 2 * (lm - parts["linear"])  # int8 + one fp32 scale per row
+    nf4 = parts["linear"] * (0.5 + 4 / 64) + 2 * (lm - parts["linear"])  # 4 bits + one fp32 absmax per 64 weights
+    assert table["bitsandbytes 8-bit (LLM.int8)"]["device 0"] == pytest.approx((bnb8 + 4 * codec) / gib)
+    on_cpu = 4 * codec / gib
+    assert table["bitsandbytes 8-bit, codec on the CPU"] == pytest.approx({"device 0": bnb8 / gib, "cpu": on_cpu})
+    assert table["bitsandbytes 4-bit NF4"]["device 0"] == pytest.approx((nf4 + 4 * codec) / gib)
+    assert table["bitsandbytes 4-bit NF4, codec on the CPU"] == pytest.approx({"device 0": nf4 / gib, "cpu": on_cpu})
+
+
+def test_codec_decoder_stages_follow_the_upsampling_ratios():
+    """25 frames/s x 8 x 5 x 4 x 2 x 3 = 24000 samples/s; 1024 channels halved by each block."""
+    stages = bench_scaling.codec_decode_stages()
+    assert [(s["channels"], s["rate"]) for s in stages] == [(1024, 25), (512, 200), (256, 1000), (128, 4000),
+                                                           (64, 8000), (32, 24000)]
+    assert stages[-1]["mib_per_audio_second"] == pytest.approx(32 * 24000 * 4 / 2**20)
