@@ -464,6 +464,23 @@ def test_pipeline_one_text_and_a_batch(tts_model, processor, pipe):
     assert results[1]["audio"].ndim == 1 and results[1]["sampling_rate"] == 24000
 
 
+def test_pipeline_keeps_the_models_max_new_tokens(tts_model, processor, pipe):
+    """Without `max_new_tokens` in `forward_params` the model's own (`MAX_ROWS`) holds: transformers 5.5's pipeline
+    passed its default config (`max_new_tokens=256`) to `_prepare_generation_config` as if a user had set it
+    (`compat_higgs_v3.prepare_generation_config` ranks it below the model's); a user's own config still wins."""
+    from transformers import GenerationConfig
+    from transformers.pipelines.text_to_audio import TextToAudioPipeline
+
+    result = pipe("Hello there.", forward_params={"seed": 12})
+    direct = tts_model.generate(**processor("Hello there."), seed=12, return_dict_in_generate=True)
+    assert np.array_equal(result["audio"], direct.audio[0].numpy())
+    pipeline_default = TextToAudioPipeline._default_generation_config
+    assert pipeline_default.max_new_tokens == 256 and tts_model.generation_config.max_new_tokens == MAX_ROWS
+    assert tts_model._prepare_generation_config(pipeline_default)[0].max_new_tokens == MAX_ROWS
+    assert tts_model._prepare_generation_config(GenerationConfig(max_new_tokens=256))[0].max_new_tokens == 256
+    assert pipeline_default.max_new_tokens == 256  # the pipeline class's object is left as it was
+
+
 def test_pipeline_batch_size_pads_on_the_left(processor, pipe):
     assert processor.tokenizer.padding_side == "left"
     texts = ["A much longer sentence than the other one.", "Short."]
