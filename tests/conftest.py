@@ -3,6 +3,7 @@ test process, and the hypothesis profile."""
 
 from __future__ import annotations
 
+import copy
 import os
 
 import pytest
@@ -38,12 +39,26 @@ def tiny_config(**overrides) -> HiggsAudioV3Config:
     return tiny_higgs_v3.tiny_config(with_codec=False, **overrides)
 
 
+_BUILT: dict[tuple[int, str], tuple[HiggsAudioV3ForConditionalGeneration, torch.Tensor]] = {}
+
+
 def tiny_model(seed: int = 0, **overrides) -> HiggsAudioV3ForConditionalGeneration:
+    """A fresh tiny model: `torch.manual_seed(seed)`, then built from `tiny_config(**overrides)`, in eval mode.
+
+    Each (seed, overrides) is built once per run (the 151936-row embedding's two random initialisations are most of a
+    build's 0.15 s); later calls get a deep copy of it, and torch's global RNG is left where that build left it, as
+    if they had built it again."""
     # The default init (std 0.02) gives near-uniform audio logits and a model that repeats its last row; std 0.3
     # gives varied greedy paths with well separated maxima, so exact comparisons are meaningful.
     overrides.setdefault("initializer_range", 0.3)
-    torch.manual_seed(seed)
-    return HiggsAudioV3ForConditionalGeneration(tiny_config(**overrides)).eval()
+    key = (seed, repr(sorted(overrides.items())))
+    if key not in _BUILT:
+        torch.manual_seed(seed)
+        model = HiggsAudioV3ForConditionalGeneration(tiny_config(**overrides)).eval()
+        _BUILT[key] = (model, torch.get_rng_state())
+    model, rng_state = _BUILT[key]
+    torch.set_rng_state(rng_state)
+    return copy.deepcopy(model)
 
 
 @pytest.fixture(scope="module")
@@ -51,12 +66,34 @@ def model() -> HiggsAudioV3ForConditionalGeneration:
     return tiny_model()
 
 
-@pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory):
-    """The tiny tokenizer (the real added tokens, in the real order), for tests that build prompts."""
+@pytest.fixture(scope="session")
+def tiny_original(tmp_path_factory):
+    """The tiny original-format checkpoint (`write_tiny_original_checkpoint`, defaults), written once per run, in a
+    folder named like the real repo. Shared: read it, or copy it before changing anything."""
+    return tiny_higgs_v3.write_tiny_original_checkpoint(tmp_path_factory.mktemp("orig") / "higgs-audio-v3-tts-4b")
+
+
+@pytest.fixture(scope="session")
+def tiny_random_repo(tmp_path_factory):
+    """The tiny random model in the converted layout (`make_tiny_random_model`, seed 0, codec included), written once
+    per run. Shared: read it, or copy it before changing anything."""
+    return tiny_higgs_v3.make_tiny_random_model(tmp_path_factory.mktemp("random") / "random")
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir(tmp_path_factory):
+    """A folder with the tiny tokenizer's two files, as `tiny_higgs_v3.write_tiny_tokenizer` writes them."""
+    return tiny_higgs_v3.write_tiny_tokenizer(tmp_path_factory.mktemp("tokenizer"))
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tokenizer_dir):
+    """The tiny tokenizer (the real added tokens, in the real order), for tests that build prompts. Loaded once per
+    run and shared: loading it reads its 151643-entry vocabulary three times (0.3 s); tests must not change it (the
+    processor's `padding_side = "left"` is the one setting made on it, the same by every processor)."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(tiny_higgs_v3.write_tiny_tokenizer(tmp_path_factory.mktemp("tokenizer")))
+    return AutoTokenizer.from_pretrained(tokenizer_dir)
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,6 @@ import torch
 import torch.nn.functional as F
 from conftest import tiny_model
 from oracles import BOC, EOC, NUM_CODEBOOKS, delayed_by_loop, rows_to_codes_by_loop
-from transformers import AutoTokenizer
 
 from higgs_v3 import modeling_higgs_v3
 from higgs_v3.audio_io_higgs_v3 import HiggsAudioV3Voice
@@ -34,7 +33,7 @@ from higgs_v3.codec_higgs_v3 import resample_audio
 from higgs_v3.delay_higgs_v3 import rows_to_codes
 from higgs_v3.processing_higgs_v3 import HiggsAudioV3Processor
 from higgs_v3.streaming_higgs_v3 import HiggsAudioV3AudioStreamer
-from higgs_v3.tiny_higgs_v3 import randomize_codebooks, tiny_codec_config, write_tiny_tokenizer
+from higgs_v3.tiny_higgs_v3 import randomize_codebooks, tiny_codec_config
 
 
 C = NUM_CODEBOOKS
@@ -118,8 +117,7 @@ def any_model(request, tts_model, reach_model):
 
 
 @pytest.fixture(scope="module")
-def processor(tmp_path_factory, tts_model):
-    tokenizer = AutoTokenizer.from_pretrained(write_tiny_tokenizer(tmp_path_factory.mktemp("tokenizer")))
+def processor(tokenizer, tts_model):
     return HiggsAudioV3Processor.from_model_config(tokenizer, tts_model.config)
 
 

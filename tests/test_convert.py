@@ -90,8 +90,8 @@ def _run_main(argv: list[str]) -> tuple[int, str]:
 
 
 @pytest.fixture(scope="module")
-def original(tmp_path_factory) -> Path:
-    return write_tiny_original_checkpoint(tmp_path_factory.mktemp("orig") / "higgs-audio-v3-tts-4b")
+def original(tiny_original) -> Path:
+    return tiny_original
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from transformers import AutoTokenizer, LogitsProcessor, LogitsProcessorList
+from transformers import LogitsProcessor, LogitsProcessorList
 
 from higgs_v3.audio_io_higgs_v3 import HiggsAudioV3Voice, save_audio
 from higgs_v3.chunking_higgs_v3 import parse_dialogue, split_sentences, split_text
@@ -30,7 +30,7 @@ from higgs_v3.delay_higgs_v3 import HiggsAudioV3AudioSpec
 from higgs_v3.longform_higgs_v3 import SpeechProgress, resolve_voice, synthesize_dialogue, synthesize_long
 from higgs_v3.modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
 from higgs_v3.processing_higgs_v3 import HiggsAudioV3Processor
-from higgs_v3.tiny_higgs_v3 import tiny_config, write_tiny_tokenizer
+from higgs_v3.tiny_higgs_v3 import tiny_config
 from oracles import BOC, EOC, NUM_CODEBOOKS, delayed_by_loop
 
 
@@ -246,10 +246,9 @@ def test_progress_counts_frames_with_the_stopping_rule():
 
 # --------------------------------------------------------------------------------------------- synthesis
 @pytest.fixture(scope="module")
-def tts(tmp_path_factory):
+def tts(tokenizer):
     torch.manual_seed(0)
     model = HiggsAudioV3ForConditionalGeneration(tiny_config()).eval()
-    tokenizer = AutoTokenizer.from_pretrained(write_tiny_tokenizer(tmp_path_factory.mktemp("tokenizer")))
     processor = HiggsAudioV3Processor.from_model_config(tokenizer, model.config)
     return model, processor
 

@@ -38,7 +38,6 @@ import pytest
 import soundfile
 import torch
 from safetensors.torch import save_file
-from transformers import AutoTokenizer
 
 from higgs_v3 import cli_higgs_v3, convert_checkpoint, output_folders_higgs_v3
 from higgs_v3.audio_io_higgs_v3 import (
@@ -49,9 +48,10 @@ from higgs_v3.audio_io_higgs_v3 import (
 )
 from higgs_v3.chunking_higgs_v3 import DialogueLine
 from higgs_v3.longform_higgs_v3 import SpeechJob, dialogue_jobs, max_new_tokens_for
+from higgs_v3.original_format_higgs_v3 import ADDED_TOKENS
 from higgs_v3.processing_higgs_v3 import TAG_PATTERN, HiggsAudioV3Processor
 from higgs_v3.sampling_higgs_v3 import HiggsAudioV3SeededSampler
-from higgs_v3.tiny_higgs_v3 import write_tiny_original_checkpoint, write_tiny_tokenizer
+from higgs_v3.tiny_higgs_v3 import write_tiny_original_checkpoint
 
 
 SR, C = 24000, 8
@@ -59,11 +59,11 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "RELIABILITY.md"
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 
-# The tiny tokenizer once, at collection: the text table takes its reserved tokens from it (not a hard-coded list).
-_TOKENIZER_DIR = Path(tempfile.mkdtemp(prefix="higgs_v3_reliability_tokenizer_"))
-TOKENIZER = AutoTokenizer.from_pretrained(write_tiny_tokenizer(_TOKENIZER_DIR))
-_CONTROL = {t for t in TOKENIZER.get_added_vocab() if re.fullmatch(r"<\|(emotion|style|sfx|prosody|env):[^|]+\|>", t)}
-RESERVED_TOKENS = sorted(t for t in TOKENIZER.get_added_vocab() if t not in _CONTROL)
+# The text table takes its reserved tokens from the tokenizer's added tokens (not a hard-coded list): `ADDED_TOKENS`,
+# from which the tiny tokenizer is built (tests/test_tiny.py checks they are its added vocabulary and the real one's).
+_ADDED_VOCAB = [content for _, content, _ in ADDED_TOKENS]
+_CONTROL = {t for t in _ADDED_VOCAB if re.fullmatch(r"<\|(emotion|style|sfx|prosody|env):[^|]+\|>", t)}
+RESERVED_TOKENS = sorted(t for t in _ADDED_VOCAB if t not in _CONTROL)
 
 
 # ============================================================================================== helpers
@@ -147,8 +147,8 @@ def voice_json(path: Path, **record) -> Path:
 
 
 @pytest.fixture(scope="module")
-def processor():
-    return HiggsAudioV3Processor(TOKENIZER)
+def processor(tokenizer):
+    return HiggsAudioV3Processor(tokenizer)
 
 
 # ============================================================================================== reference audio
@@ -412,7 +412,7 @@ def test_a_long_processor_text_warns_once_and_points_to_synthesize_long(processo
     transformers_logging.warning_once.cache_clear()  # another test may have spent the one warning already
     transformers_logging.get_logger("higgs_v3").propagate = True
     with caplog.at_level("WARNING"):
-        count = lambda text: len(TOKENIZER(text, add_special_tokens=False)["input_ids"])  # noqa: E731
+        count = lambda text: len(processor.tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
         at_limit = "!" * 1024  # one token per character in the tiny tokenizer
         assert count(at_limit) == 1024 and count(at_limit + "!") == 1025
         short = processor(at_limit)
