@@ -386,6 +386,20 @@ def test_progress_bar_shows_seconds_and_real_time_factor(tts):
     assert "3/3 chunks done" in shown and re.search(r"RTF \d+\.\d\d", shown)
 
 
+def test_max_seconds_follows_max_positions(tts, monkeypatch):
+    """`max_seconds` is bounded by what `generate` allows one request with the same `max_positions`: 4096 positions
+    by default (163.56 s), the model's position embeddings when lifted with `max_positions=None`."""
+    model, processor = tts
+    with pytest.raises(ValueError, match=re.escape("max_seconds 200 is more than one chunk can hold: prompt plus audio "
+                                                   "rows are at most 4096 positions (max_positions), at most 163.56 s")):
+        synthesize_long(model, processor, "Hello.", max_seconds=200)
+    recorder = Recorder(model, monkeypatch)
+    result = synthesize_long(model, processor, "Hello.", max_seconds=200, max_positions=None, seed=0,
+                             logits_processor=LogitsProcessorList([EndAfter([3])]))
+    assert [call["max_new_tokens"] for call in recorder.calls] == [model.config.audio_spec.rows_for_seconds(200)] == [5007]
+    assert recorder.calls[0]["max_positions"] is None and result.chunks[0].finished  # ended by EndAfter, not the limit
+
+
 def test_long_text_refusals(tts):
     model, processor = tts
     with pytest.raises(ValueError, match=re.escape("The text is empty; there is nothing to speak.")):

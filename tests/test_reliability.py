@@ -1134,8 +1134,18 @@ def _max_new_tokens_clipped(model):
 
 
 def _max_seconds_refused(model):
-    with expect(ValueError, "max_seconds=4e+07 is more than one request can hold", "163.56 s"):
+    with expect(ValueError, "max_seconds 4e+07 is more than one chunk can hold", "4096 positions (max_positions)",
+                "163.56 s"):
         max_new_tokens_for(model, 4e7)
+    # Lifted (max_positions=None, as generate takes it): the bound is the model's position embeddings instead.
+    spec, embeddings = model.config.audio_spec, model.config.get_text_config().max_position_embeddings
+    assert embeddings > 4096
+    assert max_new_tokens_for(model, 200.0, max_positions=None) == spec.rows_for_seconds(200.0) > 4096
+    longest = spec.seconds(spec.frames(embeddings))
+    with expect(ValueError, f"max_seconds 4e+07 is more than one chunk can hold: prompt plus audio rows are at most "
+                f"{embeddings} positions (the model's max_position_embeddings; max_positions=None), at most "
+                f"{longest:g} s"):
+        max_new_tokens_for(model, 4e7, max_positions=None)
 
 
 BOUND_CASES = {
