@@ -712,12 +712,15 @@ def test_original_checkpoint(case, original, tmp_path, monkeypatch, capsys):
 # ============================================================================================== converted model folders
 @pytest.fixture(scope="module")
 def model_folder(tmp_path_factory, processor) -> Path:
-    """A converted-layout folder: the tiny config, a weights file (its header is what the damaged cases break; the
-    loader fails on it before any tensor is compared), the processor files."""
+    """A converted-layout folder: the tiny config and its generation config, a weights file (its header is what the
+    damaged cases break; the loader fails on it before any tensor is compared), the processor files."""
     from conftest import tiny_config
+
+    from higgs_v3.generation_higgs_v3 import default_generation_config
 
     folder = tmp_path_factory.mktemp("model") / "tiny"
     tiny_config().save_pretrained(folder)
+    default_generation_config(tiny_config()).save_pretrained(folder)
     save_file({"model.norm.weight": torch.ones(8)}, str(folder / "model.safetensors"), metadata={"format": "pt"})
     processor.save_pretrained(folder)
     return folder
@@ -729,6 +732,14 @@ MODEL_FOLDER_CASES: dict[str, tuple] = {
     "weights cut to 8 bytes": ("model.safetensors", lambda b: b[:8], "model", OSError, "are damaged"),
     "weights a pickle": ("model.safetensors", lambda b: pickle.dumps({"w": 1}), "model", OSError, "are damaged"),
     "config.json not JSON": ("config.json", lambda b: b"{", "model", OSError, "config.json"),
+    # transformers only warns, and builds a Higgs Audio v3 config from the other model's fields
+    "config.json of another model_type": ("config.json", lambda b: json.dumps({**json.loads(b), "model_type": "llama"})
+                                          .encode(), "model", ValueError, "holds a config of model_type 'llama'"),
+    # transformers reads these as a missing file: generation would silently use its defaults, not the repo's
+    "generation_config.json not JSON": ("generation_config.json", lambda b: b"{", "model", OSError,
+                                        "generation_config.json' cannot be read as JSON"),
+    "generation_config.json a list": ("generation_config.json", lambda b: b"[1]", "model", OSError,
+                                      "generation_config.json' holds a JSON list"),
     "tokenizer.json not JSON": ("tokenizer.json", lambda b: b"{", "processor", ValueError,
                                 "Could not read the tokenizer or processor files in"),
     "processor_config.json not JSON": ("processor_config.json", lambda b: b"{", "processor", OSError,
