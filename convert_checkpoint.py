@@ -307,11 +307,17 @@ def _check_supported(text: dict, audio: dict) -> None:
     checks = {
         "audio_encoder_config.encoder_type": (audio.get("encoder_type", "discrete"), "discrete"),
         "audio_encoder_config.use_delay_pattern": (audio.get("use_delay_pattern", True), True),
-        "audio_encoder_config.out_dim": (audio.get("out_dim", text.get("hidden_size")), text.get("hidden_size")),
     }
     for key, (value, expected) in checks.items():
         if value != expected:
             raise ConversionError(f"config.json has {key} = {value!r}; the converter supports only {expected!r}.")
+    out_dim, hidden_size = audio.get("out_dim", text.get("hidden_size")), text.get("hidden_size")
+    if out_dim != hidden_size:  # either one may be the changed one: name both, not "supports only <hidden_size>"
+        raise ConversionError(
+            f"config.json has audio_encoder_config.out_dim = {out_dim!r} but text_config.hidden_size = "
+            f"{hidden_size!r}; the two must be equal (the audio codes are embedded at the backbone's width), so one "
+            "of them was changed: the checkpoint's tensors have the real width."
+        )
     for key in ("num_codebooks", "vocab_size"):
         if not isinstance(audio.get(key), int):
             raise ConversionError(f"config.json has no integer audio_encoder_config.{key} (got {audio.get(key)!r}).")

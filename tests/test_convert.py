@@ -752,6 +752,22 @@ def test_refuses_untied_heads_when_the_config_says_tied(untied_original, tmp_pat
         cc.plan_conversion(read_original(source), without_codec=True)
 
 
+@pytest.mark.parametrize("edit", ["out_dim", "hidden_size"])
+def test_an_audio_width_unequal_to_the_hidden_size_names_both(broken, edit):
+    """Either width changed gives the same message, naming both (not "the converter supports only <hidden_size>")."""
+    if edit == "out_dim":
+        _damage_config(broken, lambda c: c["audio_encoder_config"].update(out_dim=7))
+        values = "audio_encoder_config.out_dim = 7 but text_config.hidden_size = 32"
+    else:
+        _damage_config(broken, lambda c: c["text_config"].update(hidden_size=7))
+        values = "audio_encoder_config.out_dim = 32 but text_config.hidden_size = 7"
+    with pytest.raises(ConversionError) as error:
+        cc.plan_conversion(read_original(broken), without_codec=True)
+    assert str(error.value) == (f"config.json has {values}; the two must be equal (the audio codes are embedded at the "
+                                "backbone's width), so one of them was changed: the checkpoint's tensors have the real "
+                                "width.")
+
+
 def test_head_copies_equal_to_the_embeddings_stay_tied(broken):
     def add(tensors):
         tensors["tied.head.text_head.weight"] = tensors["tied.embedding.text_embedding.weight"].clone()

@@ -680,7 +680,8 @@ CHECKPOINT_CASES: dict[str, tuple] = {
     "tokenizer_config.json broken": (_replace("tokenizer_config.json", "{"), "cannot be read as JSON"),
     "codec config file broken": (_replace("higgs_audio_v2_tokenizer_config.json", "{bad"), "cannot be read as JSON"),
     "no codec without --without-codec": (lambda f: None, "Pass --without-codec", ["--dtype", "float32"]),
-    "hidden size changed": (_edit_config(text_config__hidden_size=7), "config.json has", ["--without-codec"]),
+    "hidden size changed": (_edit_config(text_config__hidden_size=7), "config.json has audio_encoder_config.out_dim "
+                            "= 32 but text_config.hidden_size = 7; the two must be equal", ["--without-codec"]),
     "vocabulary size changed": (_edit_config(text_config__vocab_size=12), "", ["--without-codec"]),
     "output is a file": (lambda f: None, "exists and is not a folder", ["--without-codec", "--output", "file.txt"]),
     "output not empty": (lambda f: None, "is not empty; pass --overwrite", ["--without-codec", "--output", "full"]),
