@@ -60,6 +60,10 @@ _TORCH_DTYPES: dict[str, torch.dtype] = {
     "BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "F64": torch.float64,
 }
 
+WEIGHT_DTYPES: dict[str, torch.dtype] = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+"""The `--dtype` values of the converter (`convert_checkpoint.DTYPES`: the language model's; the codec stays float32)
+and of the export (`export_higgs_v3.EXPORT_DTYPES`: every tensor's): one table for both directions."""
+
 
 @dataclass(frozen=True)
 class PlannedTensor:
@@ -81,6 +85,13 @@ class PlannedTensor:
 
 
 # ---------------------------------------------------------------------------------------------------------- weights
+def weight_dtype(dtype: str) -> torch.dtype:
+    """The torch dtype of a `--dtype` name (`WEIGHT_DTYPES`); a `ConversionError` naming the accepted ones."""
+    if dtype not in WEIGHT_DTYPES:
+        raise ConversionError(f"dtype {dtype!r} is not supported; use one of {', '.join(WEIGHT_DTYPES)}.")
+    return WEIGHT_DTYPES[dtype]
+
+
 def check_shard_size(max_shard_size: int | str) -> None:
     """Refuse a `--max-shard-size` that `huggingface_hub` cannot parse or that is below 2 bytes (probed with two
     one-byte meta tensors, which it puts into one shard for any usable size)."""
@@ -497,6 +508,7 @@ __all__ = [
     "PlannedTensor",
     "SUPPORTED_TRANSFORMERS",
     "TOKENIZER_FILES",
+    "WEIGHT_DTYPES",
     "check_hub_push",
     "check_output_folder",
     "check_shard_size",
@@ -507,6 +519,7 @@ __all__ = [
     "shard_split",
     "upload_later_hint",
     "verify_written_tensors",
+    "weight_dtype",
     "write_model_card",
     "write_repo_files",
     "write_weights",
