@@ -193,13 +193,13 @@ def remote_code_files() -> list[Path]:
     return sorted(files)
 
 
-def save_processor_files(output_dir: str | os.PathLike, config: HiggsAudioV3Config) -> list[str]:
+def save_processor_files(output_dir: str | os.PathLike, config: HiggsAudioV3Config, tokenizer=None) -> list[str]:
     """Write the processor's own files (`processor_config.json`, with its `auto_map`) and the TTS chat template
     (`chat_template.jinja`: `processing_higgs_v3.TTS_CHAT_TEMPLATE`, in place of the original's ChatML, which renders
     no TTS prompt; the original's is kept as `original_chat_template.jinja`) into `output_dir`, whose other tokenizer
     files stay exactly as they are. The processor is built
-    from those tokenizer files and `config`. Returns the names written (none when `processing_higgs_v3.py` is not
-    available)."""
+    from those tokenizer files and `config` (or from `tokenizer`, when the caller has those files loaded already).
+    Returns the names written (none when `processing_higgs_v3.py` is not available)."""
     try:
         from .processing_higgs_v3 import TTS_CHAT_TEMPLATE, HiggsAudioV3Processor
     except ImportError:
@@ -214,7 +214,9 @@ def save_processor_files(output_dir: str | os.PathLike, config: HiggsAudioV3Conf
         for name in TOKENIZER_FILES:
             if (output_dir / name).is_file():
                 shutil.copyfile(output_dir / name, tokenizer_dir / name)
-        processor = HiggsAudioV3Processor.from_model_config(AutoTokenizer.from_pretrained(str(tokenizer_dir)), config)
+        if tokenizer is None:
+            tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+        processor = HiggsAudioV3Processor.from_model_config(tokenizer, config)
         processor.save_pretrained(str(saved_dir))
         written = []
         for path in sorted(saved_dir.iterdir()):

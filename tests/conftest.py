@@ -87,13 +87,12 @@ def tokenizer_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def tokenizer(tokenizer_dir):
-    """The tiny tokenizer (the real added tokens, in the real order), for tests that build prompts. Loaded once per
-    run and shared: loading it reads its 151643-entry vocabulary three times (0.3 s); tests must not change it (the
-    processor's `padding_side = "left"` is the one setting made on it, the same by every processor)."""
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(tokenizer_dir)
+def tokenizer():
+    """The tiny tokenizer (the real added tokens, in the real order), for tests that build prompts: loaded once per
+    process (`tiny_higgs_v3.loaded_tiny_tokenizer`, which `make_tiny_random_model` uses too) and shared. Loading it
+    reads its 151643-entry vocabulary three times (0.3 s); tests must not change it (the processor's
+    `padding_side = "left"` is the one setting made on it, the same by every processor)."""
+    return tiny_higgs_v3.loaded_tiny_tokenizer()
 
 
 @pytest.fixture(scope="module")

@@ -487,6 +487,25 @@ def test_refuses_corrupted_tensor_data(broken, guarded_output):
     _assert_untouched(guarded_output)
 
 
+def test_token_ids_are_parsed_once_per_content(original, tmp_path, monkeypatch):
+    """`read_original` keeps the token ids by the tokenizer files' content: the same files (or a copy) are not parsed
+    again, a changed file is."""
+    parsed = []
+    parse = original_format._parse_token_ids
+    monkeypatch.setattr(original_format, "_parse_token_ids", lambda directory: parsed.append(directory) or parse(directory))
+    monkeypatch.setattr(original_format, "_TOKEN_IDS_READ", {})
+    first = read_original(original)
+    copy_dir = Path(shutil.copytree(original, tmp_path / "copy"))
+    assert read_original(copy_dir).token_ids == first.token_ids and parsed == [original]
+    config = json.loads((copy_dir / "tokenizer_config.json").read_text())
+    config["pad_token"] = "<|tts|>"
+    (copy_dir / "tokenizer_config.json").write_text(json.dumps(config))
+    changed = read_original(copy_dir)
+    assert parsed == [original, copy_dir] and changed.token_ids["pad"] == 151667 != first.token_ids["pad"]
+    changed.token_ids["pad"] = 0  # a caller's change does not reach the kept result
+    assert read_original(copy_dir).token_ids["pad"] == 151667
+
+
 def test_refuses_a_tokenizer_without_the_required_specials(broken, guarded_output):
     with open(broken / "tokenizer.json") as f:
         tokenizer = json.load(f)
