@@ -19,8 +19,8 @@ checked (text, tags, files, seeds, names; the seed of the text's last chunk too)
 Each item is spoken as `synthesize_long(text, seed=seed, reference=...)` would speak it: chunk `k` uses seed
 `seed + k`. A line without `seed` gets a default one that no other chunk of the manifest uses
 (`assign_default_seeds`): `--seed` plus its index when that range of seeds is free, else the next free one; it
-depends only on the manifest, `--seed` and the chunking (`--max-chars`), so a rerun gets the same. Since a sequence with a given seed gets the same codes alone or in any batch, an item's audio does not
-depend on the batch it shared, the process it ran on, or the number of processes. Items are grouped `--batch-size` at a
+depends only on the manifest, `--seed` and the chunking (`--max-chars`), so a rerun gets the same. Since a sequence
+with a given seed gets the same codes alone or in any batch, an item's audio does not depend on the batch it shared, the process it ran on, or the number of processes. Items are grouped `--batch-size` at a
 time into `generate` calls (the longform synthesis core), and each finished item is written at once, atomically
 (`audio_io_higgs_v3.atomic_output`: a temporary file, flushed to disk, then `os.replace`): its audio, then its record (`.higgs_v3_batch/<output>.json`: duration, finished
 flag, seed, chunks). An item is complete when both are there and the record matches the manifest line; a rerun skips
@@ -123,7 +123,8 @@ def _output_name(value, where: str) -> str:
 def read_manifest(path: str | os.PathLike, base_seed: int = 0) -> list[BatchItem]:
     """The items of a JSONL manifest, each line checked (keys, types, seeds, files, unique outputs). Relative paths are
     read from the manifest's folder. A line without `seed` gets `base_seed` plus its index (0-based, over the items),
-    flagged `default_seed` (`run_batch` moves it with `assign_default_seeds` where other chunks use it). Raises `ValueError` naming the line, or `OSError` when the manifest cannot be read."""
+    flagged `default_seed` (`run_batch` moves it with `assign_default_seeds` where other chunks use it). Raises
+    `ValueError` naming the line, or `OSError` when the manifest cannot be read."""
     from .sampling_higgs_v3 import check_seed
 
     path = Path(path)
