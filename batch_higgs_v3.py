@@ -20,8 +20,8 @@ Each item is spoken as `synthesize_long(text, seed=seed, reference=...)` would s
 `seed + k`. A line without `seed` gets a default one that no other chunk of the manifest uses
 (`assign_default_seeds`): `--seed` plus its index when that range of seeds is free, else the next free one; it
 depends only on the manifest, `--seed` and the chunking (`--max-chars`), so a rerun gets the same. Since a sequence
-with a given seed gets the same codes alone or in any batch, an item's audio does not depend on the batch it shared, the process it ran on, or the number of processes. Items are grouped `--batch-size` at a
-time into `generate` calls (the longform synthesis core), and each finished item is written at once, atomically
+with a given seed gets the same codes alone or in any batch, an item's audio does not depend on the batch it shared,
+the process it ran on, or the number of processes. Items are grouped `--batch-size` at a time into `generate` calls (the longform synthesis core), and each finished item is written at once, atomically
 (`audio_io_higgs_v3.atomic_output`: a temporary file, flushed to disk, then `os.replace`): its audio, then its record (`.higgs_v3_batch/<output>.json`: duration, finished
 flag, seed, chunks). An item is complete when both are there and the record matches the manifest line; a rerun skips
 complete items, so a run that was killed or crashed is finished by running it again, and nothing is generated twice.
