@@ -12,15 +12,16 @@ The manifest has one JSON object per line (blank lines are skipped):
     {"text": "A long chapter ...", "output": "chapter-01.wav", "reference": "me.wav", "reference_text": "..."}
 
 `text` (required; any length: it is chunked as `higgs-v3 speak` chunks it), `output` (required: a file name in
-`--out-dir`, `.wav` added when it has no audio suffix), `seed` (default: `--seed` plus the line's index, so a rerun
-draws the same), `voice` (a saved voice file), `reference` (a clip) with optional `reference_text`. Relative paths are
-read from the manifest's folder. Every line is checked (text, tags, files, seeds, names; the seed of the text's
-last chunk too) before anything is generated.
+`--out-dir`, `.wav` added when it has no audio suffix), `seed` (default: see below), `voice` (a saved voice file),
+`reference` (a clip) with optional `reference_text`. Relative paths are read from the manifest's folder. Every line is
+checked (text, tags, files, seeds, names; the seed of the text's last chunk too) before anything is generated.
 
 Each item is spoken as `synthesize_long(text, seed=seed, reference=...)` would speak it: chunk `k` uses seed
-`seed + k`, and since a sequence with a given seed gets the same codes alone or in any batch, an item's audio does not
-depend on the batch it shared, the process it ran on, or the number of processes. Items are grouped `--batch-size` at a
-time into `generate` calls (the longform synthesis core), and each finished item is written at once, atomically
+`seed + k`. A line without `seed` gets a default one that no other chunk of the manifest uses
+(`assign_default_seeds`): `--seed` plus its index when that range of seeds is free, else the next free one; it
+depends only on the manifest, `--seed` and the chunking (`--max-chars`), so a rerun gets the same. Since a sequence
+with a given seed gets the same codes alone or in any batch, an item's audio does not depend on the batch it shared,
+the process it ran on, or the number of processes. Items are grouped `--batch-size` at a time into `generate` calls (the longform synthesis core), and each finished item is written at once, atomically
 (`audio_io_higgs_v3.atomic_output`: a temporary file, flushed to disk, then `os.replace`): its audio, then its record (`.higgs_v3_batch/<output>.json`: duration, finished
 flag, seed, chunks). An item is complete when both are there and the record matches the manifest line; a rerun skips
 complete items, so a run that was killed or crashed is finished by running it again, and nothing is generated twice.
@@ -77,6 +78,9 @@ class BatchItem:
     voice: str | None = None
     reference: str | None = None
     reference_text: str | None = None
+    default_seed: bool = False
+    """True when the line has no `seed`: `seed` is then `--seed` plus the item's index until `assign_default_seeds`
+    moves it past the seeds that other items' chunks use."""
 
     def record_key(self) -> dict:
         """What a record must match for the item to count as complete."""
@@ -118,8 +122,9 @@ def _output_name(value, where: str) -> str:
 
 def read_manifest(path: str | os.PathLike, base_seed: int = 0) -> list[BatchItem]:
     """The items of a JSONL manifest, each line checked (keys, types, seeds, files, unique outputs). Relative paths are
-    read from the manifest's folder. A line without `seed` gets `base_seed` plus its index (0-based, over the items).
-    Raises `ValueError` naming the line, or `OSError` when the manifest cannot be read."""
+    read from the manifest's folder. A line without `seed` gets `base_seed` plus its index (0-based, over the items),
+    flagged `default_seed` (`run_batch` moves it with `assign_default_seeds` where other chunks use it). Raises
+    `ValueError` naming the line, or `OSError` when the manifest cannot be read."""
     from .sampling_higgs_v3 import check_seed
 
     path = Path(path)
@@ -150,8 +155,8 @@ def read_manifest(path: str | os.PathLike, base_seed: int = 0) -> list[BatchItem
             raise ValueError(f"{where}: output {output!r} is already written by line {outputs[output]}; each item needs "
                              "its own output name.")
         outputs[output] = number
-        seed = entry.get("seed", base_seed + len(items))
-        seed = check_seed(seed, f"{where}: 'seed'")
+        default_seed = "seed" not in entry
+        seed = check_seed(entry.get("seed", base_seed + len(items)), f"{where}: 'seed'")
         if entry.get("voice") is not None and entry.get("reference") is not None:
             raise ValueError(f"{where} has both 'voice' and 'reference'; give one.")
         if entry.get("reference_text") is not None and entry.get("reference") is None:
@@ -171,7 +176,8 @@ def read_manifest(path: str | os.PathLike, base_seed: int = 0) -> list[BatchItem
         reference_text = entry.get("reference_text")
         if reference_text is not None and not isinstance(reference_text, str):
             raise ValueError(f"{where}: 'reference_text' must be a string, got {reference_text!r}.")
-        items.append(BatchItem(number, text, output, seed, files.get("voice"), files.get("reference"), reference_text))
+        items.append(BatchItem(number, text, output, seed, files.get("voice"), files.get("reference"), reference_text,
+                               default_seed))
     if not items:
         raise ValueError(f"The manifest {str(path)!r} has no items (one JSON object per line).")
     return items
@@ -263,6 +269,8 @@ def run_batch(
         processor.check_text(item.text, f"the text of line {item.line}")
         if item.reference_text is not None:
             processor.check_text(item.reference_text, f"the reference text of line {item.line}")
+    items = assign_default_seeds(processor, items, max_chars)
+    for item in items:
         _check_chunk_seeds(processor, item, max_chars)
     (out_dir / RECORDS_DIR).mkdir(parents=True, exist_ok=True)
     pending = [item for item in items if _read_record(out_dir, item) is None]
@@ -306,6 +314,46 @@ def run_batch(
         summary.unfinished = [record["output"] for record in records if record is not None and not record["finished"]]
     summary.wall_seconds = time.perf_counter() - began
     return summary
+
+
+def assign_default_seeds(processor, items: list[BatchItem], max_chars: int) -> list[BatchItem]:
+    """`items` with the seed of each line without one (`default_seed`) moved where no other chunk's seed is.
+
+    An item with `n` chunks (`speech_jobs` with `max_chars`) uses the seeds `seed .. seed + n - 1`. The explicit
+    seeds' ranges are taken first; then, in manifest order, each default item gets the first seed from its provisional
+    one (`--seed` plus its index) upwards, and past the previous default item's range, whose whole range is free. So
+    the default seeds differ from each other and from every explicit item's chunk seeds, stay `--seed` plus the index
+    where nothing is in the way, and depend on the manifest, `--seed` and `max_chars` only (a rerun gets the same).
+    Explicit seeds are kept as written, even when they overlap each other. A `ValueError` naming the line when a
+    default range would pass the seed limit."""
+    from dataclasses import replace
+
+    from .longform_higgs_v3 import speech_jobs
+    from .sampling_higgs_v3 import SEED_LIMIT
+
+    counts = [len(speech_jobs(processor, item.text, max_chars)) for item in items]
+    taken = sorted((item.seed, item.seed + count) for item, count in zip(items, counts) if not item.default_seed)
+    resolved, floor = [], None
+    for item, count in zip(items, counts):
+        if not item.default_seed:
+            resolved.append(item)
+            continue
+        seed = item.seed if floor is None else max(item.seed, floor)
+        moved = True
+        while moved:  # past every explicit range it overlaps ([start, stop) ranges, sorted by start)
+            moved = False
+            for start, stop in taken:
+                if start < seed + count and seed < stop:
+                    seed, moved = stop, True
+        if seed + count > SEED_LIMIT:
+            raise ValueError(
+                f"Line {item.line} has no seed and its default one ({seed}, the first free after --seed plus its "
+                f"index) leaves no room for its {count} chunks below 2**{SEED_LIMIT.bit_length() - 1}; give a "
+                "smaller --seed or a seed on the line."
+            )
+        floor = seed + count
+        resolved.append(replace(item, seed=seed))
+    return resolved
 
 
 def _check_chunk_seeds(processor, item: BatchItem, max_chars: int) -> None:
@@ -383,7 +431,8 @@ def build_parser(prog: str = "higgs-v3 batch") -> argparse.ArgumentParser:
     parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
     parser.add_argument("--batch-size", type=_positive(int), default=8, help="chunks per generate call (default 8)")
     parser.add_argument("--max-seconds", type=_positive(float), default=None, help="audio limit per chunk")
-    parser.add_argument("--seed", type=int, default=0, help="base seed of the items without one (line index added)")
+    parser.add_argument("--seed", type=int, default=0, help="base seed of the items without one (their index added, "
+                        "then moved past the seeds other items' chunks use)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     return parser
 
@@ -430,6 +479,7 @@ __all__ = [
     "MANIFEST_KEYS",
     "RECORDS_DIR",
     "RESULTS_FILE",
+    "assign_default_seeds",
     "build_parser",
     "main",
     "read_manifest",

@@ -471,19 +471,19 @@ class SpeakRequest:
             check_dialogue_voices(parse_dialogue(self.text), self.voices, self.auto_voices)
 
     def _check_max_seconds(self) -> None:
-        """--max-seconds within what one request's positions hold (`longform_higgs_v3.max_new_tokens_for`)."""
+        """--max-seconds within what one request's positions hold (`longform_higgs_v3.rows_for_max_seconds`, the
+        bound's one home), before the model is loaded."""
         max_seconds = self.longform_options.get("max_seconds")
         if max_seconds is None:
             return
         from .delay_higgs_v3 import HiggsAudioV3AudioSpec
         from .generation_higgs_v3 import MAX_POSITIONS
+        from .longform_higgs_v3 import rows_for_max_seconds
 
-        spec = HiggsAudioV3AudioSpec()  # the rates of every Higgs Audio v3 codec
-        longest = spec.seconds(spec.frames(MAX_POSITIONS))
-        if max_seconds > longest:
-            raise CliError(f"--max-seconds {max_seconds:g} is more than one chunk can hold: at most {longest:g} s "
-                           f"(prompt plus audio rows are at most {MAX_POSITIONS} positions); long text is split into "
-                           "chunks anyway.")
+        try:  # the rates of every Higgs Audio v3 codec; the positions of the default max_positions
+            rows_for_max_seconds(max_seconds, HiggsAudioV3AudioSpec(), MAX_POSITIONS, name="--max-seconds")
+        except ValueError as error:
+            raise CliError(str(error)) from None
 
     def _read_text(self) -> str:
         if self.text is not None and self.text_file is not None:

@@ -8,10 +8,20 @@ name the installed release uses, so no deprecation warning fires and no private 
 Tensor parallelism moved too: 5.24 loads with `from_pretrained(..., distributed_config=DistributedConfig(tp_size=N))`
 (`tp_plan=` is deprecated there) and knows a `"replicate"` plan style; 5.5 loads with `tp_plan="auto"` and has no
 such style (a module outside the plan is replicated there, which is the same thing).
+
+Pipelines' length default: transformers 5.5's `pipeline("text-to-speech")` passes its own default generation config
+(`TextToAudioPipeline._default_generation_config`, `max_new_tokens=256`) to `model._prepare_generation_config` as if a
+user had set it, so it replaced the repo's `max_new_tokens` (which its docstring ranks above the pipeline default; later
+releases apply the pipeline defaults only where neither the user nor the model set a value).
+`prepare_generation_config` ranks such a pipeline default below the model's generation config, on every release.
 """
 
 from __future__ import annotations
 
+import copy
+import sys
+
+from transformers import GenerationConfig, GenerationMixin
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
 
@@ -64,4 +74,47 @@ def tensor_parallel_kwargs(tp_size: int | None = None) -> dict:
     return {"tp_plan": "auto", **({"tp_size": tp_size} if tp_size is not None else {})}
 
 
-__all__ = ["CACHE_KWARG", "CACHE_KWARGS", "REPLICATE_STYLE", "pop_cache", "replicated", "tensor_parallel_kwargs"]
+PIPELINE_MODULES: tuple[tuple[str, str], ...] = (("transformers.pipelines.text_to_audio", "TextToAudioPipeline"),)
+"""(module, class) of the pipelines whose `_default_generation_config` `prepare_generation_config` ranks below the
+model's generation config."""
+
+
+def _is_pipeline_default(generation_config: GenerationConfig | None) -> bool:
+    """Whether `generation_config` is a pipeline class's own default object (only the pipeline itself passes that one:
+    transformers 5.5's `Pipeline.__init__` hands `self._default_generation_config` to `_prepare_generation_config`)."""
+    if generation_config is None:
+        return False
+    for module_name, class_name in PIPELINE_MODULES:
+        pipeline_class = getattr(sys.modules.get(module_name), class_name, None)  # not imported: not its default
+        if generation_config is getattr(pipeline_class, "_default_generation_config", None):
+            return True
+    return False
+
+
+def prepare_generation_config(
+    model, generation_config: GenerationConfig | None, **kwargs
+) -> tuple[GenerationConfig, dict]:
+    """`GenerationMixin._prepare_generation_config` (user kwargs > `generation_config` > the model's generation config
+    > global defaults), except that a pipeline's own default config (see `_is_pipeline_default`) ranks below the
+    model's generation config: its values fill only what the model's config leaves unset, so a converted repo's
+    `max_new_tokens` holds in `pipeline("text-to-speech")` on transformers 5.5 as on later releases. Any other
+    `generation_config` (a user's) keeps its priority. Returns `(generation_config, model_kwargs)` as the original."""
+    if _is_pipeline_default(generation_config):
+        merged = copy.deepcopy(model.generation_config)
+        for key, value in generation_config.to_diff_dict().items():
+            if key != "transformers_version" and getattr(merged, key, None) is None:
+                setattr(merged, key, value)
+        generation_config = merged
+    return GenerationMixin._prepare_generation_config(model, generation_config, **kwargs)
+
+
+__all__ = [
+    "CACHE_KWARG",
+    "CACHE_KWARGS",
+    "PIPELINE_MODULES",
+    "REPLICATE_STYLE",
+    "pop_cache",
+    "prepare_generation_config",
+    "replicated",
+    "tensor_parallel_kwargs",
+]

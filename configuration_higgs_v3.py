@@ -182,6 +182,21 @@ class HiggsAudioV3Config(Qwen3Config):
         self.auto_map = {**AUTO_MAP, **known}
         self.validate_audio_fields()
 
+    @classmethod
+    def get_config_dict(cls, pretrained_model_name_or_path, **kwargs) -> tuple[dict, dict]:
+        """`PreTrainedConfig.get_config_dict` (what `from_pretrained` reads), refusing a config of another `model_type`:
+        transformers only logs a warning and builds a Higgs Audio v3 config from the other model's fields. A
+        `ValueError` naming the source and its `model_type`; a config without `model_type` is read as before."""
+        config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)
+        found = config_dict.get("model_type")
+        if found is not None and found != cls.model_type:
+            raise ValueError(
+                f"{str(pretrained_model_name_or_path)!r} holds a config of model_type {found!r}, not a Higgs Audio v3 "
+                f"one ({cls.model_type!r}); give a converted Higgs Audio v3 checkpoint (an original one converts with "
+                "convert_checkpoint.py or `higgs_v3.from_original`)."
+            )
+        return config_dict, kwargs
+
     # ------------------------------------------------------------------ derived values
     @property
     def audio_spec(self) -> HiggsAudioV3AudioSpec:

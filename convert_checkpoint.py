@@ -76,6 +76,7 @@ from transformers.utils import logging
 from .configuration_higgs_v3 import REAL_CODEC_CONFIG, HiggsAudioV3Config
 from .converted_repo_higgs_v3 import (
     AS_HEAD,
+    WEIGHT_DTYPES,
     PlannedTensor,
     check_hub_push,
     check_output_folder,
@@ -84,6 +85,7 @@ from .converted_repo_higgs_v3 import (
     shard_split,
     upload_later_hint,
     verify_written_tensors,
+    weight_dtype,
     write_model_card,
     write_repo_files,
     write_weights,
@@ -118,8 +120,9 @@ from .verification_higgs_v3 import verify_conversion
 
 logger = logging.get_logger(__name__)
 
-DTYPES: dict[str, torch.dtype] = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-"""Accepted `--dtype` values for the language model (the codec is always stored in float32)."""
+DTYPES: dict[str, torch.dtype] = WEIGHT_DTYPES
+"""Accepted `--dtype` values for the language model (the codec is always stored in float32): the export's table too
+(`converted_repo_higgs_v3.WEIGHT_DTYPES`)."""
 
 DEFAULT_MAX_SHARD_SIZE: str = "2GB"
 """Largest safetensors shard by default. Shards are written one at a time, so the converter's peak memory is about one
@@ -307,11 +310,17 @@ def _check_supported(text: dict, audio: dict) -> None:
     checks = {
         "audio_encoder_config.encoder_type": (audio.get("encoder_type", "discrete"), "discrete"),
         "audio_encoder_config.use_delay_pattern": (audio.get("use_delay_pattern", True), True),
-        "audio_encoder_config.out_dim": (audio.get("out_dim", text.get("hidden_size")), text.get("hidden_size")),
     }
     for key, (value, expected) in checks.items():
         if value != expected:
             raise ConversionError(f"config.json has {key} = {value!r}; the converter supports only {expected!r}.")
+    out_dim, hidden_size = audio.get("out_dim", text.get("hidden_size")), text.get("hidden_size")
+    if out_dim != hidden_size:  # either one may be the changed one: name both, not "supports only <hidden_size>"
+        raise ConversionError(
+            f"config.json has audio_encoder_config.out_dim = {out_dim!r} but text_config.hidden_size = "
+            f"{hidden_size!r}; the two must be equal (the audio codes are embedded at the backbone's width), so one "
+            "of them was changed: the checkpoint's tensors have the real width."
+        )
     for key in ("num_codebooks", "vocab_size"):
         if not isinstance(audio.get(key), int):
             raise ConversionError(f"config.json has no integer audio_encoder_config.{key} (got {audio.get(key)!r}).")
@@ -428,10 +437,9 @@ def _is_empty_dir(path: Path) -> bool:
 
 def _check_options(dtype: str, max_shard_size: int | str) -> torch.dtype:
     """The torch dtype for `--dtype`; a `ConversionError` for an unknown dtype or an unusable shard size."""
-    if dtype not in DTYPES:
-        raise ConversionError(f"dtype {dtype!r} is not supported; use one of {', '.join(DTYPES)}.")
+    torch_dtype = weight_dtype(dtype)
     check_shard_size(max_shard_size)
-    return DTYPES[dtype]
+    return torch_dtype
 
 
 def _check_output(output_dir: str | os.PathLike, overwrite: bool) -> Path:

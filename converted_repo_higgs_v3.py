@@ -60,6 +60,10 @@ _TORCH_DTYPES: dict[str, torch.dtype] = {
     "BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "F64": torch.float64,
 }
 
+WEIGHT_DTYPES: dict[str, torch.dtype] = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+"""The `--dtype` values of the converter (`convert_checkpoint.DTYPES`: the language model's; the codec stays float32)
+and of the export (`export_higgs_v3.EXPORT_DTYPES`: every tensor's): one table for both directions."""
+
 
 @dataclass(frozen=True)
 class PlannedTensor:
@@ -81,6 +85,13 @@ class PlannedTensor:
 
 
 # ---------------------------------------------------------------------------------------------------------- weights
+def weight_dtype(dtype: str) -> torch.dtype:
+    """The torch dtype of a `--dtype` name (`WEIGHT_DTYPES`); a `ConversionError` naming the accepted ones."""
+    if dtype not in WEIGHT_DTYPES:
+        raise ConversionError(f"dtype {dtype!r} is not supported; use one of {', '.join(WEIGHT_DTYPES)}.")
+    return WEIGHT_DTYPES[dtype]
+
+
 def check_shard_size(max_shard_size: int | str) -> None:
     """Refuse a `--max-shard-size` that `huggingface_hub` cannot parse or that is below 2 bytes (probed with two
     one-byte meta tensors, which it puts into one shard for any usable size)."""
@@ -182,13 +193,13 @@ def remote_code_files() -> list[Path]:
     return sorted(files)
 
 
-def save_processor_files(output_dir: str | os.PathLike, config: HiggsAudioV3Config) -> list[str]:
+def save_processor_files(output_dir: str | os.PathLike, config: HiggsAudioV3Config, tokenizer=None) -> list[str]:
     """Write the processor's own files (`processor_config.json`, with its `auto_map`) and the TTS chat template
     (`chat_template.jinja`: `processing_higgs_v3.TTS_CHAT_TEMPLATE`, in place of the original's ChatML, which renders
     no TTS prompt; the original's is kept as `original_chat_template.jinja`) into `output_dir`, whose other tokenizer
     files stay exactly as they are. The processor is built
-    from those tokenizer files and `config`. Returns the names written (none when `processing_higgs_v3.py` is not
-    available)."""
+    from those tokenizer files and `config` (or from `tokenizer`, when the caller has those files loaded already).
+    Returns the names written (none when `processing_higgs_v3.py` is not available)."""
     try:
         from .processing_higgs_v3 import TTS_CHAT_TEMPLATE, HiggsAudioV3Processor
     except ImportError:
@@ -203,7 +214,9 @@ def save_processor_files(output_dir: str | os.PathLike, config: HiggsAudioV3Conf
         for name in TOKENIZER_FILES:
             if (output_dir / name).is_file():
                 shutil.copyfile(output_dir / name, tokenizer_dir / name)
-        processor = HiggsAudioV3Processor.from_model_config(AutoTokenizer.from_pretrained(str(tokenizer_dir)), config)
+        if tokenizer is None:
+            tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+        processor = HiggsAudioV3Processor.from_model_config(tokenizer, config)
         processor.save_pretrained(str(saved_dir))
         written = []
         for path in sorted(saved_dir.iterdir()):
@@ -497,6 +510,7 @@ __all__ = [
     "PlannedTensor",
     "SUPPORTED_TRANSFORMERS",
     "TOKENIZER_FILES",
+    "WEIGHT_DTYPES",
     "check_hub_push",
     "check_output_folder",
     "check_shard_size",
@@ -507,6 +521,7 @@ __all__ = [
     "shard_split",
     "upload_later_hint",
     "verify_written_tensors",
+    "weight_dtype",
     "write_model_card",
     "write_repo_files",
     "write_weights",

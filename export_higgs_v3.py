@@ -54,9 +54,11 @@ from .converted_repo_higgs_v3 import (
     LICENSE_FILE_PATTERN,
     ORIGINAL_CHAT_TEMPLATE_FILE,
     TOKENIZER_FILES,
+    WEIGHT_DTYPES,
     PlannedTensor,
     check_shard_size,
     shard_split,
+    weight_dtype,
 )
 from .original_format_higgs_v3 import (
     AUDIO_EMBEDDING,
@@ -88,9 +90,9 @@ from .processing_higgs_v3 import TTS_CHAT_TEMPLATE
 logger = logging.get_logger(__name__)
 
 
-EXPORT_DTYPES: dict[str, torch.dtype] = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+EXPORT_DTYPES: dict[str, torch.dtype] = WEIGHT_DTYPES
 """Accepted `--dtype` values of the export (every tensor, the codec included, is written in it; the original is
-bf16)."""
+bf16): the converter's table (`converted_repo_higgs_v3.WEIGHT_DTYPES`)."""
 
 CODEC_CONFIG_BOOKKEEPING: dict = {"architectures": ["HiggsAudioV2TokenizerModel"], "dtype": "float32"}
 """What the codec config file carries besides the settings (as the codec's own `save_pretrained` writes it)."""
@@ -442,8 +444,7 @@ def export_to_original(
     >>> result.num_tensors  # doctest: +SKIP
     927
     """
-    if dtype not in EXPORT_DTYPES:
-        raise ConversionError(f"dtype {dtype!r} is not supported; use one of {', '.join(EXPORT_DTYPES)}.")
+    weight_dtype(dtype)
     check_shard_size(max_shard_size)
     source = Path(input_dir).expanduser()
     clean_stale_siblings(Path(output_dir).expanduser().absolute())  # a killed run's leftovers; a lost output restored

@@ -355,20 +355,42 @@ def _join(chunks: Sequence[ChunkResult], pause_seconds: float, sampling_rate: in
 
 
 # =============================================================================================== the synthesis core
-def max_new_tokens_for(model: PreTrainedModel, max_seconds: float | None) -> int | None:
-    """Rows for `max_seconds` of audio (`config.audio_spec.rows_for_seconds`: the frames plus the delay pattern's
-    rows); None for None. More rows than one request's positions allow (`MAX_POSITIONS`) is a `ValueError` naming the
-    longest `max_seconds` accepted."""
+def rows_for_max_seconds(
+    max_seconds: float,
+    spec: HiggsAudioV3AudioSpec,
+    positions: int | None = MAX_POSITIONS,
+    *,
+    name: str = "max_seconds",
+    positions_name: str = "max_positions",
+) -> int:
+    """The one home of the audio limit per chunk (`synthesize_long(max_seconds=...)`, `higgs-v3 speak --max-seconds`):
+    `max_seconds` checked (a positive, finite number of seconds) and turned into rows (`spec.rows_for_seconds`: its
+    frames plus the delay pattern's rows). More seconds than `positions` positions hold (one request: prompt plus
+    rows; `None`: no bound) is a `ValueError` naming `name`, the value, `positions_name` and the longest accepted."""
+    if isinstance(max_seconds, bool) or not isinstance(max_seconds, (int, float)) or not 0 < max_seconds < math.inf:
+        raise ValueError(f"{name} must be a positive number of seconds, got {max_seconds!r}.")
+    if positions is not None:
+        longest = spec.seconds(spec.frames(positions))
+        if max_seconds > longest:
+            raise ValueError(f"{name} {max_seconds:g} is more than one chunk can hold: prompt plus audio rows are at most "
+                             f"{positions} positions ({positions_name}), at most {longest:g} s of audio per chunk; long "
+                             "text is split into chunks anyway.")
+    return spec.rows_for_seconds(max_seconds)
+
+
+def max_new_tokens_for(
+    model: PreTrainedModel, max_seconds: float | None, max_positions: int | None = MAX_POSITIONS
+) -> int | None:
+    """Rows for `max_seconds` of audio (`rows_for_max_seconds`); None for None. The bound is what `generate` allows
+    one request with the same `max_positions`: that many positions (default `MAX_POSITIONS`, the official server's
+    limit), or, lifted (`max_positions=None`), the model's `max_position_embeddings`."""
     if max_seconds is None:
         return None
-    if isinstance(max_seconds, bool) or not isinstance(max_seconds, (int, float)) or not 0 < max_seconds < math.inf:
-        raise ValueError(f"max_seconds must be a positive number of seconds, got {max_seconds!r}.")
-    spec = model.config.audio_spec
-    longest = spec.seconds(spec.frames(MAX_POSITIONS))
-    if max_seconds > longest:
-        raise ValueError(f"max_seconds={max_seconds:g} is more than one request can hold: prompt plus rows are at most "
-                         f"{MAX_POSITIONS} positions, at most {longest:g} s of audio per chunk.")
-    return spec.rows_for_seconds(max_seconds)
+    if max_positions is not None:
+        return rows_for_max_seconds(max_seconds, model.config.audio_spec, max_positions)
+    embeddings = getattr(model.config.get_text_config(), "max_position_embeddings", None)
+    return rows_for_max_seconds(max_seconds, model.config.audio_spec, embeddings,
+                                positions_name="the model's max_position_embeddings; max_positions=None")
 
 
 class _Synthesizer:
@@ -388,7 +410,8 @@ class _Synthesizer:
         self.base_seed = draw_seed() if seed is None else check_seed(seed)
         self.generate_kwargs = dict(generate_kwargs)
         if max_seconds is not None:
-            self.generate_kwargs["max_new_tokens"] = max_new_tokens_for(model, max_seconds)
+            self.generate_kwargs["max_new_tokens"] = max_new_tokens_for(
+                model, max_seconds, self.generate_kwargs.get("max_positions", MAX_POSITIONS))
         limit = self.generate_kwargs.get("max_new_tokens")
         self.max_new_tokens = int(limit if limit is not None else model.generation_config.max_new_tokens or MAX_NEW_TOKENS)
         self.generation_seconds = 0.0
@@ -551,6 +574,7 @@ __all__ = [
     "SpeechResult",
     "dialogue_jobs",
     "max_new_tokens_for",
+    "rows_for_max_seconds",
     "resolve_voice",
     "speech_jobs",
     "synthesize_dialogue",

@@ -214,10 +214,29 @@ def auto_dtype(device) -> str:
     return "bfloat16" if device.type == "cuda" else "float32"
 
 
+def check_generation_config(path: Path) -> None:
+    """Refuse a `generation_config.json` in `path` that cannot be read as a JSON object: transformers' `from_pretrained`
+    takes an unreadable one for a missing one and silently generates with its default settings instead (greedy, 20
+    new tokens), not the repo's. An `OSError` naming the file; no file is fine (the model's defaults apply)."""
+    file = Path(path) / "generation_config.json"
+    if not file.is_file():
+        return
+    try:
+        value = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise OSError(f"{str(file)!r} cannot be read as JSON ({error}); fix it, or delete it to generate with the "
+                      "model's default settings (transformers would silently drop the repo's).") from error
+    if not isinstance(value, dict):
+        raise OSError(f"{str(file)!r} holds a JSON {type(value).__name__}, not an object of generation settings; fix "
+                      "it, or delete it to generate with the model's default settings.")
+
+
 def load_model(path: Path, device: str, dtype: str):
-    """The installed package's model class (no remote code is run) on `device`, in `dtype` ("auto": `auto_dtype`)."""
+    """The installed package's model class (no remote code is run) on `device`, in `dtype` ("auto": `auto_dtype`).
+    A damaged `generation_config.json` is refused (`check_generation_config`), not replaced by defaults."""
     from .modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
 
+    check_generation_config(path)
     target = _device(device)
     dtype = auto_dtype(target) if dtype == "auto" else dtype
     try:
@@ -236,6 +255,7 @@ __all__ = [
     "TINY_RANDOM_MAX_SECONDS",
     "auto_dtype",
     "cache_dir",
+    "check_generation_config",
     "ensure_tiny_random",
     "load_model",
     "load_processor",

@@ -23,7 +23,7 @@ from transformers.utils import logging
 from .audio_io_higgs_v3 import AudioLike, HiggsAudioV3Voice, prepare_reference_waveform
 from .chunking_higgs_v3 import DialogueLine  # noqa: F401 (imported by longform; see below)
 from .codec_higgs_v3 import HiggsAudioV3Codec
-from .compat_higgs_v3 import CACHE_KWARG, pop_cache, replicated
+from .compat_higgs_v3 import CACHE_KWARG, pop_cache, prepare_generation_config, replicated
 from .configuration_higgs_v3 import HiggsAudioV3Config
 from .delay_higgs_v3 import HiggsAudioV3AudioSpec  # noqa: F401 (imported by configuration; see below)
 from .generation_higgs_v3 import MAX_NEW_TOKENS, HiggsAudioV3GenerationMixin, default_generation_config
@@ -125,6 +125,7 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
     # rules only (its `post_init` drops a class plan): the embeddings and heads stay whole there. ***
     _tp_plan = {"lm_head": "colwise_gather_output", **replicated("audio_embed", "audio_head")}
     # *** end Higgs v3 tensor parallel plan ***
+    _prepare_generation_config = prepare_generation_config  # a pipeline's defaults rank below ours (compat_higgs_v3)
 
     def __init__(self, config: HiggsAudioV3Config):
         super().__init__(config)

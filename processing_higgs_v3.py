@@ -339,8 +339,9 @@ class HiggsAudioV3Processor(ProcessorMixin):
                 f"{hint} processor.valid_tags() (or `higgs-v3 tags`) lists the control tags."
             )
 
-    def _check_raw_codes(self, codes, where: str) -> torch.LongTensor:
-        """Raw codec codes `[T, num_codebooks]` with values in `0 .. audio_boc_token_id - 1`."""
+    def _check_raw_codes(self, codes, where: str, kind: str = "reference") -> torch.LongTensor:
+        """Raw codec codes `[T, num_codebooks]` with values in `0 .. audio_boc_token_id - 1` (a `kind` "reference" or
+        "training target" of at most `MAX_REFERENCE_SECONDS`)."""
         num_codebooks, boc = self.num_codebooks, self.audio_boc_token_id
         if isinstance(codes, np.ndarray):
             codes = torch.from_numpy(codes)
@@ -354,8 +355,9 @@ class HiggsAudioV3Processor(ProcessorMixin):
         longest = round(MAX_REFERENCE_SECONDS * self.frame_rate)
         if codes.shape[0] > longest:
             raise ValueError(
-                f"{where} have {codes.shape[0]} frames ({codes.shape[0] / self.frame_rate:.1f} s); the longest reference "
-                f"accepted is {MAX_REFERENCE_SECONDS:g} s ({longest} frames). 5 to 30 s of clean speech is enough."
+                f"{where} have {codes.shape[0]} frames ({codes.shape[0] / self.frame_rate:.1f} s); the longest {kind} "
+                f"accepted is {MAX_REFERENCE_SECONDS:g} s ({longest} frames). " + ("5 to 30 s of clean speech is enough."
+                if kind == "reference" else "Split long recordings into sentences, one target each.")
             )
         low, high = int(codes.min()), int(codes.max())
         if low < 0 or high >= boc:
@@ -638,7 +640,7 @@ class HiggsAudioV3Processor(ProcessorMixin):
             )
         if not isinstance(target, (np.ndarray, torch.Tensor)):
             target = self._check_voice(target, where).codes
-        codes = self._check_raw_codes(target, f"The codes of {where}")
+        codes = self._check_raw_codes(target, f"The codes of {where}", "training target")
         minimum = self.num_codebooks
         if codes.shape[0] < minimum:
             raise ValueError(

@@ -3,13 +3,23 @@ test process, and the hypothesis profile."""
 
 from __future__ import annotations
 
+import copy
+import gc
 import os
 
-import pytest
-import torch
-from hypothesis import settings
 
-from higgs_v3 import HiggsAudioV3Config, HiggsAudioV3ForConditionalGeneration, tiny_higgs_v3
+# Imports that create a few million long-lived objects (torch, transformers) and no garbage: without collections
+# while they run (each would scan the growing heap again), then frozen (see pytest_collection_finish).
+gc.disable()
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from hypothesis import settings  # noqa: E402
+
+from higgs_v3 import HiggsAudioV3Config, HiggsAudioV3ForConditionalGeneration, tiny_higgs_v3  # noqa: E402
+
+
+gc.freeze()
+gc.enable()
 
 
 # Reproducible property tests: the same examples on every run and machine (no example database, no time limit per
@@ -18,6 +28,24 @@ from higgs_v3 import HiggsAudioV3Config, HiggsAudioV3ForConditionalGeneration, t
 settings.register_profile("repro", derandomize=True, deadline=None, print_blob=True, database=None)
 settings.register_profile("explore", deadline=None, print_blob=True, database=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "repro"))
+
+
+def pytest_collection_finish(session):
+    """Everything imported so far (torch, transformers, sympy, the test modules: millions of long-lived objects) moves
+    to the garbage collector's permanent generation (`gc.freeze`, also right after this module's imports), so its full
+    collections scan only what the tests create: unfrozen, 16 of them scanned the whole heap in the unit layer, 3 s of
+    its run. The tests' own objects are collected as before."""
+    gc.collect()
+    gc.freeze()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_unconfigure(config):
+    """The tests' last cyclic garbage is collected while pytest's unraisable-exception hook still reports what its
+    finalizers raise (its own collection, which runs next, then finds nothing to do); then the heap is frozen, so the
+    interpreter's shutdown does not scan it again (1 to 2 s)."""
+    gc.collect()
+    gc.freeze()
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -38,12 +66,26 @@ def tiny_config(**overrides) -> HiggsAudioV3Config:
     return tiny_higgs_v3.tiny_config(with_codec=False, **overrides)
 
 
+_BUILT: dict[tuple[int, str], tuple[HiggsAudioV3ForConditionalGeneration, torch.Tensor]] = {}
+
+
 def tiny_model(seed: int = 0, **overrides) -> HiggsAudioV3ForConditionalGeneration:
+    """A fresh tiny model: `torch.manual_seed(seed)`, then built from `tiny_config(**overrides)`, in eval mode.
+
+    Each (seed, overrides) is built once per run (the 151936-row embedding's two random initialisations are most of a
+    build's 0.15 s); later calls get a deep copy of it, and torch's global RNG is left where that build left it, as
+    if they had built it again."""
     # The default init (std 0.02) gives near-uniform audio logits and a model that repeats its last row; std 0.3
     # gives varied greedy paths with well separated maxima, so exact comparisons are meaningful.
     overrides.setdefault("initializer_range", 0.3)
-    torch.manual_seed(seed)
-    return HiggsAudioV3ForConditionalGeneration(tiny_config(**overrides)).eval()
+    key = (seed, repr(sorted(overrides.items())))
+    if key not in _BUILT:
+        torch.manual_seed(seed)
+        model = HiggsAudioV3ForConditionalGeneration(tiny_config(**overrides)).eval()
+        _BUILT[key] = (model, torch.get_rng_state())
+    model, rng_state = _BUILT[key]
+    torch.set_rng_state(rng_state)
+    return copy.deepcopy(model)
 
 
 @pytest.fixture(scope="module")
@@ -51,12 +93,33 @@ def model() -> HiggsAudioV3ForConditionalGeneration:
     return tiny_model()
 
 
-@pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory):
-    """The tiny tokenizer (the real added tokens, in the real order), for tests that build prompts."""
-    from transformers import AutoTokenizer
+@pytest.fixture(scope="session")
+def tiny_original(tmp_path_factory):
+    """The tiny original-format checkpoint (`write_tiny_original_checkpoint`, defaults), written once per run, in a
+    folder named like the real repo. Shared: read it, or copy it before changing anything."""
+    return tiny_higgs_v3.write_tiny_original_checkpoint(tmp_path_factory.mktemp("orig") / "higgs-audio-v3-tts-4b")
 
-    return AutoTokenizer.from_pretrained(tiny_higgs_v3.write_tiny_tokenizer(tmp_path_factory.mktemp("tokenizer")))
+
+@pytest.fixture(scope="session")
+def tiny_random_repo(tmp_path_factory):
+    """The tiny random model in the converted layout (`make_tiny_random_model`, seed 0, codec included), written once
+    per run. Shared: read it, or copy it before changing anything."""
+    return tiny_higgs_v3.make_tiny_random_model(tmp_path_factory.mktemp("random") / "random")
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir(tmp_path_factory):
+    """A folder with the tiny tokenizer's two files, as `tiny_higgs_v3.write_tiny_tokenizer` writes them."""
+    return tiny_higgs_v3.write_tiny_tokenizer(tmp_path_factory.mktemp("tokenizer"))
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    """The tiny tokenizer (the real added tokens, in the real order), for tests that build prompts: loaded once per
+    process (`tiny_higgs_v3.loaded_tiny_tokenizer`, which `make_tiny_random_model` uses too) and shared. Loading it
+    reads its 151643-entry vocabulary three times (0.3 s); tests must not change it (the processor's
+    `padding_side = "left"` is the one setting made on it, the same by every processor)."""
+    return tiny_higgs_v3.loaded_tiny_tokenizer()
 
 
 @pytest.fixture(scope="module")

@@ -5,6 +5,7 @@ repo self-contained. The table below is the one in `docs/ARCHITECTURE.md`; a cha
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import subprocess
 import sys
@@ -88,9 +89,15 @@ def package_modules() -> list[str]:
     return sorted(p.stem for p in ROOT.glob("*.py") if p.stem != "__init__")
 
 
+@functools.lru_cache(maxsize=None)
+def parsed(module: str) -> ast.Module:
+    """`module`'s syntax tree, parsed once per run (the tests only read it; ~70 of them ask)."""
+    return ast.parse((ROOT / f"{module}.py").read_text(encoding="utf-8"))
+
+
 def relative_imports(module: str) -> dict[str, list[int]]:
     """`{imported module: [line, ...]}` for every `from .x import ...` / `from . import x` in `module`."""
-    tree = ast.parse((ROOT / f"{module}.py").read_text(encoding="utf-8"))
+    tree = parsed(module)
     found: dict[str, list[int]] = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.level == 1:
@@ -101,7 +108,7 @@ def relative_imports(module: str) -> dict[str, list[int]]:
 
 
 def module_level_imports(module: str) -> set[str]:
-    tree = ast.parse((ROOT / f"{module}.py").read_text(encoding="utf-8"))
+    tree = parsed(module)
     found = set()
     for node in tree.body:
         if isinstance(node, ast.ImportFrom) and node.level == 1:

@@ -26,7 +26,6 @@ import torch
 import torch.nn.functional as F
 from conftest import tiny_model
 from oracles import BOC, EOC, NUM_CODEBOOKS, delayed_by_loop, rows_to_codes_by_loop
-from transformers import AutoTokenizer
 
 from higgs_v3 import modeling_higgs_v3
 from higgs_v3.audio_io_higgs_v3 import HiggsAudioV3Voice
@@ -34,7 +33,7 @@ from higgs_v3.codec_higgs_v3 import resample_audio
 from higgs_v3.delay_higgs_v3 import rows_to_codes
 from higgs_v3.processing_higgs_v3 import HiggsAudioV3Processor
 from higgs_v3.streaming_higgs_v3 import HiggsAudioV3AudioStreamer
-from higgs_v3.tiny_higgs_v3 import randomize_codebooks, tiny_codec_config, write_tiny_tokenizer
+from higgs_v3.tiny_higgs_v3 import randomize_codebooks, tiny_codec_config
 
 
 C = NUM_CODEBOOKS
@@ -118,8 +117,7 @@ def any_model(request, tts_model, reach_model):
 
 
 @pytest.fixture(scope="module")
-def processor(tmp_path_factory, tts_model):
-    tokenizer = AutoTokenizer.from_pretrained(write_tiny_tokenizer(tmp_path_factory.mktemp("tokenizer")))
+def processor(tokenizer, tts_model):
     return HiggsAudioV3Processor.from_model_config(tokenizer, tts_model.config)
 
 
@@ -462,6 +460,23 @@ def test_pipeline_one_text_and_a_batch(tts_model, processor, pipe):
     assert isinstance(results, list) and len(results) == 2
     assert np.array_equal(results[0]["audio"], direct.audio[0].numpy())
     assert results[1]["audio"].ndim == 1 and results[1]["sampling_rate"] == 24000
+
+
+def test_pipeline_keeps_the_models_max_new_tokens(tts_model, processor, pipe):
+    """Without `max_new_tokens` in `forward_params` the model's own (`MAX_ROWS`) holds: transformers 5.5's pipeline
+    passed its default config (`max_new_tokens=256`) to `_prepare_generation_config` as if a user had set it
+    (`compat_higgs_v3.prepare_generation_config` ranks it below the model's); a user's own config still wins."""
+    from transformers import GenerationConfig
+    from transformers.pipelines.text_to_audio import TextToAudioPipeline
+
+    result = pipe("Hello there.", forward_params={"seed": 12})
+    direct = tts_model.generate(**processor("Hello there."), seed=12, return_dict_in_generate=True)
+    assert np.array_equal(result["audio"], direct.audio[0].numpy())
+    pipeline_default = TextToAudioPipeline._default_generation_config
+    assert pipeline_default.max_new_tokens == 256 and tts_model.generation_config.max_new_tokens == MAX_ROWS
+    assert tts_model._prepare_generation_config(pipeline_default)[0].max_new_tokens == MAX_ROWS
+    assert tts_model._prepare_generation_config(GenerationConfig(max_new_tokens=256))[0].max_new_tokens == 256
+    assert pipeline_default.max_new_tokens == 256  # the pipeline class's object is left as it was
 
 
 def test_pipeline_batch_size_pads_on_the_left(processor, pipe):

@@ -21,14 +21,12 @@ import numpy as np
 import psutil
 import pytest
 import soundfile
-from transformers import AutoTokenizer
 
 from higgs_v3 import audio_io_higgs_v3, batch_higgs_v3
-from higgs_v3.batch_higgs_v3 import RECORDS_DIR, RESULTS_FILE, read_manifest, run_batch
+from higgs_v3.batch_higgs_v3 import RECORDS_DIR, RESULTS_FILE, assign_default_seeds, read_manifest, run_batch
 from higgs_v3.cli_higgs_v3 import main as cli_main
 from higgs_v3.longform_higgs_v3 import speech_jobs
 from higgs_v3.processing_higgs_v3 import HiggsAudioV3Processor
-from higgs_v3.tiny_higgs_v3 import write_tiny_tokenizer
 
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -111,10 +109,10 @@ class _Unreachable:
         raise _Reached(name)
 
 
-def test_the_seed_of_an_items_last_chunk_is_checked_before_any_generation(tmp_path):
+def test_the_seed_of_an_items_last_chunk_is_checked_before_any_generation(tmp_path, tokenizer):
     """Chunk k is spoken with seed + k: a seed valid for the first chunk but not the last is refused up front, naming
     the manifest line (not inside `generate` after the first chunk, losing the group)."""
-    processor = HiggsAudioV3Processor(AutoTokenizer.from_pretrained(write_tiny_tokenizer(tmp_path / "tokenizer")))
+    processor = HiggsAudioV3Processor(tokenizer)
     text = "One two three four. Five six seven nine."  # sentences of 19 and 20 characters: two chunks of at most 20
     assert [job.text for job in speech_jobs(processor, text, 20)] == ["One two three four.", "Five six seven nine."]
     path = _manifest(tmp_path, [{"text": "Hi.", "output": "a", "seed": 2**62 - 1},  # one chunk: its seed is fine
@@ -128,6 +126,47 @@ def test_the_seed_of_an_items_last_chunk_is_checked_before_any_generation(tmp_pa
     path = _manifest(tmp_path, [{"text": text, "output": "b", "seed": 2**62 - 2}])
     with pytest.raises(_Reached):  # the largest valid seed for two chunks passes the checks
         run_batch(_Unreachable(), processor, read_manifest(path), tmp_path / "out", max_chars=20, progress=False)
+
+
+def test_default_seeds_avoid_every_other_chunks_seed_and_are_stable(tmp_path, tokenizer, monkeypatch):
+    """A line without `seed` gets `--seed` plus its index unless another item's chunks use that range of seeds (chunk
+    k of an item is spoken with seed + k): then the first free seed after it. Default seeds differ from each other and
+    from every explicit item's chunk seeds, and a second read gives the same."""
+    processor = HiggsAudioV3Processor(tokenizer)
+    two = "One two three four. Five six seven nine."  # two chunks of at most 20 characters
+    lines = [{"text": two, "output": "a"},                 # default: 0 (chunks 0, 1)
+             {"text": "Hi.", "output": "b"},               # default: 1 is a's second chunk -> 2
+             {"text": "Hi.", "output": "c", "seed": 3},    # explicit: 3
+             {"text": "Hi.", "output": "d"},               # default: 3 is c's -> 4
+             {"text": two, "output": "e", "seed": 5},      # explicit: 5, 6
+             {"text": "Hi.", "output": "f"},               # default: 5 and 6 are e's -> 7
+             {"text": two, "output": "g"}]                 # default: 6 is e's, 7 is f's -> 8 (chunks 8, 9)
+    items = read_manifest(_manifest(tmp_path, lines))
+    assert [i.seed for i in items] == [0, 1, 3, 3, 5, 5, 6]  # provisional: the collisions this test is about
+    assert [i.default_seed for i in items] == [True, True, False, True, False, True, True]
+    resolved = assign_default_seeds(processor, items, 20)
+    assert [i.seed for i in resolved] == [0, 2, 3, 4, 5, 7, 8]
+    chunk_seeds = [[i.seed + k for k in range(len(speech_jobs(processor, i.text, 20)))] for i in resolved]
+    assert chunk_seeds == [[0, 1], [2], [3], [4], [5, 6], [7], [8, 9]]
+    assert [i.seed for i in assign_default_seeds(processor, read_manifest(_manifest(tmp_path, lines)), 20)] == [
+        0, 2, 3, 4, 5, 7, 8]  # a rerun reads the same seeds, so its records match
+    # With --seed 100 nothing is in the way of the explicit seeds: --seed plus the index, past the previous range.
+    assert [i.seed for i in assign_default_seeds(processor, read_manifest(_manifest(tmp_path, lines), 100), 20)] == [
+        100, 102, 3, 103, 5, 105, 106]
+    # run_batch speaks the items with the resolved seeds.
+    spoken = []
+    monkeypatch.setattr(batch_higgs_v3, "_speak_group", lambda model, processor, group, **kwargs: spoken.extend(
+        (i.output, i.seed) for i in group) or [])
+    run_batch(_Unreachable(), processor, items, tmp_path / "out", max_chars=20, progress=False)
+    assert spoken == [("a.wav", 0), ("b.wav", 2), ("c.wav", 3), ("d.wav", 4), ("e.wav", 5), ("f.wav", 7), ("g.wav", 8)]
+    # A default range that would pass the seed limit is refused, naming the line.
+    near = [{"text": two, "output": "a", "seed": 2**62 - 2}, {"text": "Hi.", "output": "b"}]  # a: the last two seeds
+    near = read_manifest(_manifest(tmp_path, near), base_seed=2**62 - 3)
+    with pytest.raises(ValueError) as error:
+        assign_default_seeds(processor, near, 20)
+    assert str(error.value) == (
+        "Line 2 has no seed and its default one (4611686018427387904, the first free after --seed plus its index) "
+        "leaves no room for its 1 chunks below 2**62; give a smaller --seed or a seed on the line.")
 
 
 def test_an_item_is_written_once_each_file_through_atomic_output(tmp_path, monkeypatch):
@@ -181,7 +220,7 @@ def test_one_process_writes_every_item_with_its_record(one_process):
     assert sorted(p.name for p in out_dir.iterdir()) == sorted([*outputs, RECORDS_DIR, RESULTS_FILE])
     results = [json.loads(line) for line in (out_dir / RESULTS_FILE).read_text().splitlines()]
     assert [r["output"] for r in results] == outputs  # manifest order
-    assert [r["seed"] for r in results] == [41, 1, 2, 7, 4, 5, 6, 7]  # explicit, else --seed 0 + index
+    assert [r["seed"] for r in results] == [41, 1, 2, 7, 4, 5, 6, 8]  # explicit, else --seed 0 + index (7 is taken)
     for record in results:
         assert record["chunks"] == 1 and record["chunk_seeds"] == [record["seed"]] and record["process"] == 0
         assert record["duration"] > 0 and record["finished"] is (record["unfinished_chunks"] == [])

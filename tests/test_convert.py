@@ -90,8 +90,8 @@ def _run_main(argv: list[str]) -> tuple[int, str]:
 
 
 @pytest.fixture(scope="module")
-def original(tmp_path_factory) -> Path:
-    return write_tiny_original_checkpoint(tmp_path_factory.mktemp("orig") / "higgs-audio-v3-tts-4b")
+def original(tiny_original) -> Path:
+    return tiny_original
 
 
 @pytest.fixture(scope="module")
@@ -487,6 +487,25 @@ def test_refuses_corrupted_tensor_data(broken, guarded_output):
     _assert_untouched(guarded_output)
 
 
+def test_token_ids_are_parsed_once_per_content(original, tmp_path, monkeypatch):
+    """`read_original` keeps the token ids by the tokenizer files' content: the same files (or a copy) are not parsed
+    again, a changed file is."""
+    parsed = []
+    parse = original_format._parse_token_ids
+    monkeypatch.setattr(original_format, "_parse_token_ids", lambda directory: parsed.append(directory) or parse(directory))
+    monkeypatch.setattr(original_format, "_TOKEN_IDS_READ", {})
+    first = read_original(original)
+    copy_dir = Path(shutil.copytree(original, tmp_path / "copy"))
+    assert read_original(copy_dir).token_ids == first.token_ids and parsed == [original]
+    config = json.loads((copy_dir / "tokenizer_config.json").read_text())
+    config["pad_token"] = "<|tts|>"
+    (copy_dir / "tokenizer_config.json").write_text(json.dumps(config))
+    changed = read_original(copy_dir)
+    assert parsed == [original, copy_dir] and changed.token_ids["pad"] == 151667 != first.token_ids["pad"]
+    changed.token_ids["pad"] = 0  # a caller's change does not reach the kept result
+    assert read_original(copy_dir).token_ids["pad"] == 151667
+
+
 def test_refuses_a_tokenizer_without_the_required_specials(broken, guarded_output):
     with open(broken / "tokenizer.json") as f:
         tokenizer = json.load(f)
@@ -750,6 +769,22 @@ def test_refuses_untied_heads_when_the_config_says_tied(untied_original, tmp_pat
         "differs from 'tied.embedding.modality_embeddings.0.embedding.weight' (max |diff| "
     )):
         cc.plan_conversion(read_original(source), without_codec=True)
+
+
+@pytest.mark.parametrize("edit", ["out_dim", "hidden_size"])
+def test_an_audio_width_unequal_to_the_hidden_size_names_both(broken, edit):
+    """Either width changed gives the same message, naming both (not "the converter supports only <hidden_size>")."""
+    if edit == "out_dim":
+        _damage_config(broken, lambda c: c["audio_encoder_config"].update(out_dim=7))
+        values = "audio_encoder_config.out_dim = 7 but text_config.hidden_size = 32"
+    else:
+        _damage_config(broken, lambda c: c["text_config"].update(hidden_size=7))
+        values = "audio_encoder_config.out_dim = 32 but text_config.hidden_size = 7"
+    with pytest.raises(ConversionError) as error:
+        cc.plan_conversion(read_original(broken), without_codec=True)
+    assert str(error.value) == (f"config.json has {values}; the two must be equal (the audio codes are embedded at the "
+                                "backbone's width), so one of them was changed: the checkpoint's tensors have the real "
+                                "width.")
 
 
 def test_head_copies_equal_to_the_embeddings_stay_tied(broken):

@@ -53,8 +53,8 @@ def _run_main(argv: list[str]) -> tuple[int, str, str]:
 
 
 @pytest.fixture(scope="module")
-def original(tmp_path_factory) -> Path:
-    return write_tiny_original_checkpoint(tmp_path_factory.mktemp("orig") / "higgs-audio-v3-tts-4b")
+def original(tiny_original) -> Path:
+    return tiny_original
 
 
 @pytest.fixture(scope="module")
@@ -246,6 +246,21 @@ def test_untied_heads_come_back_under_their_names(tmp_path):
 
 
 # ------------------------------------------------------------------------------------------------------ refusals
+def test_the_converter_and_the_export_share_one_dtype_table(tmp_path):
+    """`--dtype` has one table for both directions (`converted_repo_higgs_v3.WEIGHT_DTYPES`) and one refusal."""
+    from higgs_v3 import convert_checkpoint, converted_repo_higgs_v3
+
+    assert convert_checkpoint.DTYPES is export_higgs_v3.EXPORT_DTYPES is converted_repo_higgs_v3.WEIGHT_DTYPES
+    assert converted_repo_higgs_v3.WEIGHT_DTYPES == {"bfloat16": torch.bfloat16, "float16": torch.float16,
+                                                     "float32": torch.float32}
+    message = "dtype 'int8' is not supported; use one of bfloat16, float16, float32."
+    for call in (lambda: export_to_original(tmp_path / "in", tmp_path / "out", dtype="int8"),
+                 lambda: convert(tmp_path / "in", tmp_path / "out", dtype="int8")):
+        with pytest.raises(ConversionError) as error:
+            call()
+        assert str(error.value) == message
+
+
 def test_refusals(original, converted, tmp_path):
     with pytest.raises(ConversionError, match=r"^config\.json in '.*' has model_type 'higgs_multimodal_qwen3'; the "
                        r"export reads a converted repo \(model_type 'higgs_audio_v3'\)\. It is already in the original "

@@ -5,6 +5,8 @@ rounding in the prefill and in every decode step, and the 4096-position limit of
 from __future__ import annotations
 
 import re
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,7 +17,6 @@ from higgs_v3 import HiggsAudioV3ForConditionalGeneration, HiggsAudioV3Processor
 from higgs_v3.cli_higgs_v3 import main
 from higgs_v3.generation_higgs_v3 import MAX_POSITIONS, default_generation_config
 from higgs_v3.sampling_higgs_v3 import HiggsAudioV3SeededSampler, counter_uniform
-from higgs_v3.tiny_higgs_v3 import make_tiny_random_model
 
 
 C, V = 8, 1026
@@ -60,11 +61,11 @@ def test_user_warpers_apply_in_the_spec_order(model, applied):
 
 
 @pytest.fixture(scope="module")
-def tiny_repo(tmp_path_factory):
+def tiny_repo(tmp_path_factory, tiny_random_repo):
     """The converted tiny random model (codec included) with a short generation limit."""
     from transformers import GenerationConfig
 
-    folder = make_tiny_random_model(tmp_path_factory.mktemp("repo") / "tiny")
+    folder = Path(shutil.copytree(tiny_random_repo, tmp_path_factory.mktemp("repo") / "tiny"))
     config = GenerationConfig.from_pretrained(folder)
     config.max_new_tokens = 12
     config.save_pretrained(folder)

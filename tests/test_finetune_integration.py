@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoModel, AutoTokenizer, Trainer, TrainingArguments
+from transformers import AutoModel, AutoTokenizer
 
 from conftest import tiny_model
 from higgs_v3 import HiggsAudioV3Processor
@@ -41,6 +41,8 @@ def dataset(processor) -> HiggsAudioV3SpeechDataset:
 
 
 def training_arguments(output_dir, **overrides) -> TrainingArguments:
+    from transformers import TrainingArguments  # in the tests, not at the top: the unit layer collects this module
+
     options = dict(output_dir=str(output_dir), learning_rate=1e-2, lr_scheduler_type="constant", warmup_steps=0,
                    per_device_train_batch_size=2, logging_steps=10, save_strategy="no", report_to="none",
                    use_cpu=True, remove_unused_columns=False, label_names=["audio_labels"], seed=0, disable_tqdm=True)
@@ -68,6 +70,8 @@ def test_full_finetune_overfits_with_checkpointing_accumulation_and_resume(proce
     """Full fine-tuning through `Trainer` (gradient checkpointing, batch 1 with 2 accumulation steps): the loss goes to
     near zero and greedy generation says the targets exactly. A second run resumed from the step-20 checkpoint ends
     with the same weights. The codec is never trained."""
+    from transformers import Trainer
+
     train = dataset(processor)
     model = tiny_model(codec_config=tiny_codec_config()).train()
     args = training_arguments(tmp_path / "run", max_steps=40, per_device_train_batch_size=1,
@@ -96,6 +100,7 @@ def test_lora_overfits_and_round_trips(processor, tmp_path):
     fit random codes): greedy generation says the targets; the adapter saved and loaded on a fresh base, the merged
     model, and the merged model saved and reloaded with trust_remote_code=True all give identical greedy codes."""
     from peft import PeftModel, get_peft_model
+    from transformers import Trainer
 
     def base():
         return tiny_model(hidden_size=128, head_dim=32, intermediate_size=256)

@@ -22,7 +22,7 @@ import pytest
 import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from transformers import AutoTokenizer, LogitsProcessor, LogitsProcessorList
+from transformers import LogitsProcessor, LogitsProcessorList
 
 from higgs_v3.audio_io_higgs_v3 import HiggsAudioV3Voice, save_audio
 from higgs_v3.chunking_higgs_v3 import parse_dialogue, split_sentences, split_text
@@ -30,7 +30,7 @@ from higgs_v3.delay_higgs_v3 import HiggsAudioV3AudioSpec
 from higgs_v3.longform_higgs_v3 import SpeechProgress, resolve_voice, synthesize_dialogue, synthesize_long
 from higgs_v3.modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
 from higgs_v3.processing_higgs_v3 import HiggsAudioV3Processor
-from higgs_v3.tiny_higgs_v3 import tiny_config, write_tiny_tokenizer
+from higgs_v3.tiny_higgs_v3 import tiny_config
 from oracles import BOC, EOC, NUM_CODEBOOKS, delayed_by_loop
 
 
@@ -246,10 +246,9 @@ def test_progress_counts_frames_with_the_stopping_rule():
 
 # --------------------------------------------------------------------------------------------- synthesis
 @pytest.fixture(scope="module")
-def tts(tmp_path_factory):
+def tts(tokenizer):
     torch.manual_seed(0)
     model = HiggsAudioV3ForConditionalGeneration(tiny_config()).eval()
-    tokenizer = AutoTokenizer.from_pretrained(write_tiny_tokenizer(tmp_path_factory.mktemp("tokenizer")))
     processor = HiggsAudioV3Processor.from_model_config(tokenizer, model.config)
     return model, processor
 
@@ -385,6 +384,20 @@ def test_progress_bar_shows_seconds_and_real_time_factor(tts):
     assert len(result.chunks) == 3
     assert f"{sum(c.duration for c in result.chunks):.1f} s of audio" in shown  # speech only, not the pauses
     assert "3/3 chunks done" in shown and re.search(r"RTF \d+\.\d\d", shown)
+
+
+def test_max_seconds_follows_max_positions(tts, monkeypatch):
+    """`max_seconds` is bounded by what `generate` allows one request with the same `max_positions`: 4096 positions
+    by default (163.56 s), the model's position embeddings when lifted with `max_positions=None`."""
+    model, processor = tts
+    with pytest.raises(ValueError, match=re.escape("max_seconds 200 is more than one chunk can hold: prompt plus audio "
+                                                   "rows are at most 4096 positions (max_positions), at most 163.56 s")):
+        synthesize_long(model, processor, "Hello.", max_seconds=200)
+    recorder = Recorder(model, monkeypatch)
+    result = synthesize_long(model, processor, "Hello.", max_seconds=200, max_positions=None, seed=0,
+                             logits_processor=LogitsProcessorList([EndAfter([3])]))
+    assert [call["max_new_tokens"] for call in recorder.calls] == [model.config.audio_spec.rows_for_seconds(200)] == [5007]
+    assert recorder.calls[0]["max_positions"] is None and result.chunks[0].finished  # ended by EndAfter, not the limit
 
 
 def test_long_text_refusals(tts):

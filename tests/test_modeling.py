@@ -274,6 +274,23 @@ def test_auto_map_holds_only_the_classes_that_fit(tmp_path):
     assert json.loads((tmp_path / "again" / "config.json").read_text())["auto_map"] == expected
 
 
+def test_a_config_of_another_model_type_is_refused(tmp_path):
+    """transformers only warns when a config.json of another `model_type` is read into HiggsAudioV3Config (and builds
+    one from the other model's fields): refused, through the config class and the model class alike."""
+    Qwen3Config(num_hidden_layers=1).save_pretrained(tmp_path)
+    message = (f"{str(tmp_path)!r} holds a config of model_type 'qwen3', not a Higgs Audio v3 one ('higgs_audio_v3'); "
+               "give a converted Higgs Audio v3 checkpoint (an original one converts with convert_checkpoint.py or "
+               "`higgs_v3.from_original`).")
+    for loader in (HiggsAudioV3Config, HiggsAudioV3ForConditionalGeneration):
+        with pytest.raises(ValueError) as error:
+            loader.from_pretrained(tmp_path)
+        assert str(error.value) == message
+    no_type = HiggsAudioV3Config(num_hidden_layers=1).to_dict()
+    del no_type["model_type"]
+    (tmp_path / "config.json").write_text(json.dumps(no_type))
+    assert HiggsAudioV3Config.from_pretrained(tmp_path).num_hidden_layers == 1  # no model_type: read as before
+
+
 def test_the_codec_stays_float32_when_the_model_is_cast(tmp_path):
     """`model.to(torch.bfloat16)`, `half()` and `bfloat16()` cast the language model only: the codec keeps its float32
     weights bit for bit (never rounded through half precision), the module order and the head tying are kept, and the

@@ -38,7 +38,6 @@ import pytest
 import soundfile
 import torch
 from safetensors.torch import save_file
-from transformers import AutoTokenizer
 
 from higgs_v3 import cli_higgs_v3, convert_checkpoint, output_folders_higgs_v3
 from higgs_v3.audio_io_higgs_v3 import (
@@ -49,9 +48,10 @@ from higgs_v3.audio_io_higgs_v3 import (
 )
 from higgs_v3.chunking_higgs_v3 import DialogueLine
 from higgs_v3.longform_higgs_v3 import SpeechJob, dialogue_jobs, max_new_tokens_for
+from higgs_v3.original_format_higgs_v3 import ADDED_TOKENS
 from higgs_v3.processing_higgs_v3 import TAG_PATTERN, HiggsAudioV3Processor
 from higgs_v3.sampling_higgs_v3 import HiggsAudioV3SeededSampler
-from higgs_v3.tiny_higgs_v3 import write_tiny_original_checkpoint, write_tiny_tokenizer
+from higgs_v3.tiny_higgs_v3 import write_tiny_original_checkpoint
 
 
 SR, C = 24000, 8
@@ -59,11 +59,11 @@ ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "RELIABILITY.md"
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 
-# The tiny tokenizer once, at collection: the text table takes its reserved tokens from it (not a hard-coded list).
-_TOKENIZER_DIR = Path(tempfile.mkdtemp(prefix="higgs_v3_reliability_tokenizer_"))
-TOKENIZER = AutoTokenizer.from_pretrained(write_tiny_tokenizer(_TOKENIZER_DIR))
-_CONTROL = {t for t in TOKENIZER.get_added_vocab() if re.fullmatch(r"<\|(emotion|style|sfx|prosody|env):[^|]+\|>", t)}
-RESERVED_TOKENS = sorted(t for t in TOKENIZER.get_added_vocab() if t not in _CONTROL)
+# The text table takes its reserved tokens from the tokenizer's added tokens (not a hard-coded list): `ADDED_TOKENS`,
+# from which the tiny tokenizer is built (tests/test_tiny.py checks they are its added vocabulary and the real one's).
+_ADDED_VOCAB = [content for _, content, _ in ADDED_TOKENS]
+_CONTROL = {t for t in _ADDED_VOCAB if re.fullmatch(r"<\|(emotion|style|sfx|prosody|env):[^|]+\|>", t)}
+RESERVED_TOKENS = sorted(t for t in _ADDED_VOCAB if t not in _CONTROL)
 
 
 # ============================================================================================== helpers
@@ -147,8 +147,8 @@ def voice_json(path: Path, **record) -> Path:
 
 
 @pytest.fixture(scope="module")
-def processor():
-    return HiggsAudioV3Processor(TOKENIZER)
+def processor(tokenizer):
+    return HiggsAudioV3Processor(tokenizer)
 
 
 # ============================================================================================== reference audio
@@ -414,7 +414,7 @@ def test_a_long_processor_text_warns_once_and_points_to_synthesize_long(processo
     transformers_logging.warning_once.cache_clear()  # another test may have spent the one warning already
     transformers_logging.get_logger("higgs_v3").propagate = True
     with caplog.at_level("WARNING"):
-        count = lambda text: len(TOKENIZER(text, add_special_tokens=False)["input_ids"])  # noqa: E731
+        count = lambda text: len(processor.tokenizer(text, add_special_tokens=False)["input_ids"])  # noqa: E731
         at_limit = "!" * 1024  # one token per character in the tiny tokenizer
         assert count(at_limit) == 1024 and count(at_limit + "!") == 1025
         short = processor(at_limit)
@@ -682,7 +682,8 @@ CHECKPOINT_CASES: dict[str, tuple] = {
     "tokenizer_config.json broken": (_replace("tokenizer_config.json", "{"), "cannot be read as JSON"),
     "codec config file broken": (_replace("higgs_audio_v2_tokenizer_config.json", "{bad"), "cannot be read as JSON"),
     "no codec without --without-codec": (lambda f: None, "Pass --without-codec", ["--dtype", "float32"]),
-    "hidden size changed": (_edit_config(text_config__hidden_size=7), "config.json has", ["--without-codec"]),
+    "hidden size changed": (_edit_config(text_config__hidden_size=7), "config.json has audio_encoder_config.out_dim "
+                            "= 32 but text_config.hidden_size = 7; the two must be equal", ["--without-codec"]),
     "vocabulary size changed": (_edit_config(text_config__vocab_size=12), "", ["--without-codec"]),
     "output is a file": (lambda f: None, "exists and is not a folder", ["--without-codec", "--output", "file.txt"]),
     "output not empty": (lambda f: None, "is not empty; pass --overwrite", ["--without-codec", "--output", "full"]),
@@ -714,12 +715,15 @@ def test_original_checkpoint(case, original, tmp_path, monkeypatch, capsys):
 # ============================================================================================== converted model folders
 @pytest.fixture(scope="module")
 def model_folder(tmp_path_factory, processor) -> Path:
-    """A converted-layout folder: the tiny config, a weights file (its header is what the damaged cases break; the
-    loader fails on it before any tensor is compared), the processor files."""
+    """A converted-layout folder: the tiny config and its generation config, a weights file (its header is what the
+    damaged cases break; the loader fails on it before any tensor is compared), the processor files."""
     from conftest import tiny_config
+
+    from higgs_v3.generation_higgs_v3 import default_generation_config
 
     folder = tmp_path_factory.mktemp("model") / "tiny"
     tiny_config().save_pretrained(folder)
+    default_generation_config(tiny_config()).save_pretrained(folder)
     save_file({"model.norm.weight": torch.ones(8)}, str(folder / "model.safetensors"), metadata={"format": "pt"})
     processor.save_pretrained(folder)
     return folder
@@ -731,6 +735,14 @@ MODEL_FOLDER_CASES: dict[str, tuple] = {
     "weights cut to 8 bytes": ("model.safetensors", lambda b: b[:8], "model", OSError, "are damaged"),
     "weights a pickle": ("model.safetensors", lambda b: pickle.dumps({"w": 1}), "model", OSError, "are damaged"),
     "config.json not JSON": ("config.json", lambda b: b"{", "model", OSError, "config.json"),
+    # transformers only warns, and builds a Higgs Audio v3 config from the other model's fields
+    "config.json of another model_type": ("config.json", lambda b: json.dumps({**json.loads(b), "model_type": "llama"})
+                                          .encode(), "model", ValueError, "holds a config of model_type 'llama'"),
+    # transformers reads these as a missing file: generation would silently use its defaults, not the repo's
+    "generation_config.json not JSON": ("generation_config.json", lambda b: b"{", "model", OSError,
+                                        "generation_config.json' cannot be read as JSON"),
+    "generation_config.json a list": ("generation_config.json", lambda b: b"[1]", "model", OSError,
+                                      "generation_config.json' holds a JSON list"),
     "tokenizer.json not JSON": ("tokenizer.json", lambda b: b"{", "processor", ValueError,
                                 "Could not read the tokenizer or processor files in"),
     "processor_config.json not JSON": ("processor_config.json", lambda b: b"{", "processor", OSError,
@@ -1136,8 +1148,18 @@ def _max_new_tokens_clipped(model):
 
 
 def _max_seconds_refused(model):
-    with expect(ValueError, "max_seconds=4e+07 is more than one request can hold", "163.56 s"):
+    with expect(ValueError, "max_seconds 4e+07 is more than one chunk can hold", "4096 positions (max_positions)",
+                "163.56 s"):
         max_new_tokens_for(model, 4e7)
+    # Lifted (max_positions=None, as generate takes it): the bound is the model's position embeddings instead.
+    spec, embeddings = model.config.audio_spec, model.config.get_text_config().max_position_embeddings
+    assert embeddings > 4096
+    assert max_new_tokens_for(model, 200.0, max_positions=None) == spec.rows_for_seconds(200.0) > 4096
+    longest = spec.seconds(spec.frames(embeddings))
+    with expect(ValueError, f"max_seconds 4e+07 is more than one chunk can hold: prompt plus audio rows are at most "
+                f"{embeddings} positions (the model's max_position_embeddings; max_positions=None), at most "
+                f"{longest:g} s"):
+        max_new_tokens_for(model, 4e7, max_positions=None)
 
 
 BOUND_CASES = {

@@ -13,7 +13,7 @@ import pytest
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
-from transformers import AutoModel, AutoProcessor, AutoTokenizer
+from transformers import AutoModel, AutoProcessor
 
 from higgs_v3.configuration_higgs_v3 import REAL_CODEC_CONFIG
 from higgs_v3.converted_repo_higgs_v3 import check_output_folder
@@ -345,18 +345,8 @@ def _reference_added_tokens() -> list[tuple[int, str, bool]]:
 
 
 @pytest.fixture(scope="module")
-def tokenizer_dir(tmp_path_factory):
-    return write_tiny_tokenizer(tmp_path_factory.mktemp("tokenizer"))
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tokenizer_dir):
-    return AutoTokenizer.from_pretrained(tokenizer_dir)
-
-
-@pytest.fixture(scope="module")
-def original_dir(tmp_path_factory):
-    return write_tiny_original_checkpoint(tmp_path_factory.mktemp("original"))
+def original_dir(tiny_original):
+    return tiny_original
 
 
 # ------------------------------------------------------------------------------------------------------- tokenizer
@@ -557,8 +547,8 @@ def test_command_line_writes_an_original_checkpoint(tmp_path, capsys):
 
 # ------------------------------------------------------------------------------------------------ tiny random model
 @pytest.fixture(scope="module")
-def tiny_random_dir(tmp_path_factory):
-    return make_tiny_random_model(tmp_path_factory.mktemp("random") / "random")
+def tiny_random_dir(tiny_random_repo):
+    return tiny_random_repo
 
 
 def test_tiny_random_model_files(tiny_random_dir, tmp_path):
