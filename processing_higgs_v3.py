@@ -217,7 +217,8 @@ class HiggsAudioV3Processor(ProcessorMixin):
         self.frame_rate = frame_rate
         self.audio_spec = HiggsAudioV3AudioSpec.from_config(self)
         # The codec whose frames a reference clip's placeholders count (`codec_num_frames`): the real one, or the model
-        # config's with `from_model_config`. Not saved; `generate` checks the counts against the model's codec.
+        # config's with `from_model_config` / `from_pretrained` (the `config.json` beside the processor). Not saved;
+        # `generate` checks the counts against the model's codec.
         self._codec_config = REAL_CODEC_CONFIG
         self._token_ids = self._lookup_prompt_token_ids()
         self._control_tags, self._structural_tokens = self._classify_added_tokens()
