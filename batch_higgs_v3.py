@@ -13,8 +13,9 @@ The manifest has one JSON object per line (blank lines are skipped):
 
 `text` (required; any length: it is chunked as `higgs-v3 speak` chunks it), `output` (required: a file name in
 `--out-dir`, `.wav` added when it has no audio suffix), `seed` (default: see below), `voice` (a saved voice file),
-`reference` (a clip) with optional `reference_text`. Relative paths are read from the manifest's folder. Every line is
-checked (text, tags, files, seeds, names; the seed of the text's last chunk too) before anything is generated.
+`reference` (a clip: a file or an http(s) URL) with optional `reference_text`. Relative paths are read from the
+manifest's folder. Every line is checked (text, tags, files, seeds, names; the seed of the text's last chunk too) before
+anything is generated.
 
 Each item is spoken as `synthesize_long(text, seed=seed, reference=...)` would speak it: chunk `k` uses seed
 `seed + k`. A line without `seed` gets a default one that no other chunk of the manifest uses
@@ -55,7 +56,7 @@ MANIFEST_KEYS: dict[str, str] = {
     "output": "the output file name (required)",
     "seed": "the item's seed (an integer)",
     "voice": "a saved voice file",
-    "reference": "a reference clip",
+    "reference": "a reference clip (a file or an http(s) URL)",
     "reference_text": "the transcript of the reference clip",
 }
 """The keys a manifest line may have."""
@@ -125,6 +126,7 @@ def read_manifest(path: str | os.PathLike, base_seed: int = 0) -> list[BatchItem
     read from the manifest's folder. A line without `seed` gets `base_seed` plus its index (0-based, over the items),
     flagged `default_seed` (`run_batch` moves it with `assign_default_seeds` where other chunks use it). Raises
     `ValueError` naming the line, or `OSError` when the manifest cannot be read."""
+    from .audio_io_higgs_v3 import is_audio_url
     from .sampling_higgs_v3 import check_seed
 
     path = Path(path)
@@ -168,6 +170,9 @@ def read_manifest(path: str | os.PathLike, base_seed: int = 0) -> list[BatchItem
                 continue
             if not isinstance(value, str) or not value.strip():
                 raise ValueError(f"{where}: '{key}' must be a file path, got {value!r}.")
+            if key == "reference" and is_audio_url(value):  # fetched when the item is spoken, as the API fetches it
+                files[key] = value.strip()
+                continue
             file = (path.parent / Path(value).expanduser()).resolve()
             if not file.is_file():
                 raise ValueError(f"{where}: the {key} file {value!r} does not exist (relative paths are read from the "

@@ -232,7 +232,7 @@ def _add_speak_parser(commands) -> None:
                        "in float32)")
 
     voice = speak.add_argument_group("voice")
-    voice.add_argument("--ref-audio", metavar="CLIP", help="reference clip to clone (wav/flac/ogg, up to 100 s)")
+    voice.add_argument("--ref-audio", metavar="CLIP", help="reference clip to clone (wav/flac/ogg, up to 100 s): a file or an http(s) URL")
     voice.add_argument("--ref-text", metavar="TEXT", help="transcript of the reference clip (clones more closely)")
     voice.add_argument("--voice", action="append", default=[], metavar="SPEC",
                        help="a saved voice file (.safetensors/.json); with --dialogue, one per speaker: "
@@ -541,7 +541,10 @@ class SpeakRequest:
         if self.dialogue:
             self.voices = _parse_dialogue_voices(self.voice)
         elif self.ref_audio:
-            _check_audio_file(self.ref_audio, "Reference audio file")
+            from .audio_io_higgs_v3 import is_audio_url
+
+            if not is_audio_url(self.ref_audio):  # a URL is fetched (and refused in one line) when it is encoded
+                _check_audio_file(self.ref_audio, "Reference audio file")
         elif self.voice:
             _check_input_file(self.voice[0], "Voice file")
             from .audio_io_higgs_v3 import VOICE_FILE_SUFFIXES

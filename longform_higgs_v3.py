@@ -117,7 +117,8 @@ def resolve_voice(
     - a `HiggsAudioV3Voice`, from this package or another import of it (remote code); a transcript given here is
       added when it has none;
     - a path to a saved voice (`VOICE_FILE_SUFFIXES`, see `HiggsAudioV3Voice.save`);
-    - a reference clip (any other path to an audio file, or an array with `sampling_rate`), encoded with
+    - a reference clip (any other path to an audio file, an http(s) URL, an array with `sampling_rate`, or an audio
+      dict `{"array": samples, "sampling_rate": rate}` / `{"path": file}` as the processor takes it), encoded once with
       `model.encode_reference`;
     - a tuple `(clip_or_voice, transcript)`.
     """
@@ -125,6 +126,8 @@ def resolve_voice(
         if len(spec) != 2:
             raise ValueError(f"A voice tuple is (audio_or_voice, transcript); got {len(spec)} items.")
         spec, transcript = spec
+    if isinstance(spec, dict):  # an audio dict (datasets' Audio feature): the processor's own unpacking and checks
+        spec, sampling_rate = processor._clip_source(spec, sampling_rate, where)
     if transcript is not None and not transcript.strip():
         transcript = None
     is_path = isinstance(spec, (str, os.PathLike))
@@ -498,7 +501,8 @@ def synthesize_long(
         model: a `HiggsAudioV3ForConditionalGeneration` with its codec.
         processor: its `HiggsAudioV3Processor` (either may come from the installed package or from remote code).
         text: the text, with inline control tags if any (checked up front by `processor.check_text`).
-        reference: the voice: a `HiggsAudioV3Voice`, a saved voice file, a reference clip (path or array) or a tuple
+        reference: the voice: a `HiggsAudioV3Voice`, a saved voice file, a reference clip (path, http(s) URL, array
+            or audio dict `{"array": samples, "sampling_rate": rate}`, encoded once for all chunks) or a tuple
             `(clip, transcript)`; see `resolve_voice`.
         reference_text: transcript of the reference clip (gives the "clone with transcript" layout).
         sampling_rate: sample rate of an array `reference`.
@@ -545,8 +549,8 @@ def synthesize_dialogue(
     Args:
         model / processor: as in `synthesize_long`.
         script: `[Name] text` lines (see `parse_dialogue`), or `DialogueLine`s, or `(speaker, text)` pairs.
-        voices: speaker name -> voice (anything `resolve_voice` takes: a `HiggsAudioV3Voice`, a voice file, a clip path,
-            `(clip, transcript)`).
+        voices: speaker name -> voice (anything `resolve_voice` takes: a `HiggsAudioV3Voice`, a voice file, a clip path
+            or URL, an audio dict `{"array": samples, "sampling_rate": rate}`, `(clip, transcript)`).
         auto_voices (`bool`, defaults to False): a speaker without a voice gets one from their first generated chunk
             (as long-form speech does); when False, such a speaker is an error (it is usually a typo in a name).
         max_chars, pause_seconds (defaults to 0.4), batch_size, seed, max_seconds, progress, generate_kwargs: as in

@@ -393,10 +393,15 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
             )
         lengths = [audio.numel()] if reference_audio_lengths is None else torch.as_tensor(
             reference_audio_lengths).flatten().tolist()  # [K]
-        if not all(n > 0 for n in lengths) or sum(lengths) != audio.numel():
+        if not all(isinstance(n, int) and n > 0 for n in lengths) or sum(lengths) != audio.numel():
             raise ValueError(
-                f"reference_audio_lengths {lengths} must be positive and add up to the {audio.numel()} samples of "
-                "reference_audio (the clips one after another)."
+                f"reference_audio_lengths {lengths} must be positive integers and add up to the {audio.numel()} "
+                "samples of reference_audio (the clips one after another)."
+            )
+        if not torch.compiler.is_compiling() and not bool(torch.isfinite(audio).all()):  # one host read per call
+            raise ValueError(
+                "reference_audio has NaN or infinite samples; pass the processor's output (it refuses such clips) or "
+                "clean waveforms."
             )
         num_clips = len(lengths)
         delayed = [spec.delay(codec.encode_waveform(clip)) for clip in audio.split(lengths)]  # K x [T_k + 7, 8]

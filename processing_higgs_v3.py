@@ -217,7 +217,8 @@ class HiggsAudioV3Processor(ProcessorMixin):
         self.frame_rate = frame_rate
         self.audio_spec = HiggsAudioV3AudioSpec.from_config(self)
         # The codec whose frames a reference clip's placeholders count (`codec_num_frames`): the real one, or the model
-        # config's with `from_model_config`. Not saved; `generate` checks the counts against the model's codec.
+        # config's with `from_model_config` / `from_pretrained` (the `config.json` beside the processor). Not saved;
+        # `generate` checks the counts against the model's codec.
         self._codec_config = REAL_CODEC_CONFIG
         self._token_ids = self._lookup_prompt_token_ids()
         self._control_tags, self._structural_tokens = self._classify_added_tokens()
@@ -250,6 +251,37 @@ class HiggsAudioV3Processor(ProcessorMixin):
         if not reserved:
             return None
         return re.compile("|".join(map(re.escape, sorted(reserved, key=len, reverse=True))))
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike, *args, **kwargs) -> HiggsAudioV3Processor:
+        """`ProcessorMixin.from_pretrained`; reference clips' frames are then counted with the codec config of the
+        model saved beside the processor (its `config.json`, as `from_model_config` takes it), else the real codec's:
+        the count is not saved with the processor, and a converted folder may hold another codec."""
+        processor = super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        codec_config = cls._saved_codec_config(pretrained_model_name_or_path, kwargs)
+        if codec_config is not None:
+            processor._codec_config = codec_config
+        return processor
+
+    @staticmethod
+    def _saved_codec_config(pretrained_model_name_or_path: str | os.PathLike, kwargs: dict) -> dict | None:
+        """`codec_config` of the `config.json` beside a saved processor (a folder or a Hub repo), or None without one."""
+        import json
+
+        from transformers.utils import cached_file
+
+        options = {key: kwargs[key] for key in ("cache_dir", "revision", "token", "local_files_only", "subfolder")
+                   if kwargs.get(key) is not None}
+        try:
+            path = cached_file(pretrained_model_name_or_path, "config.json", _raise_exceptions_for_missing_entries=False,
+                               _raise_exceptions_for_connection_errors=False, **options)
+            if path is None:
+                return None
+            with open(path, encoding="utf-8") as file:
+                codec_config = json.load(file).get("codec_config")
+        except (OSError, ValueError, AttributeError):  # no readable model config there: the real codec's count
+            return None
+        return codec_config if isinstance(codec_config, dict) else None
 
     @classmethod
     def from_model_config(cls, tokenizer, config, **kwargs) -> HiggsAudioV3Processor:

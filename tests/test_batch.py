@@ -9,6 +9,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -65,6 +66,12 @@ def test_manifest_items_seeds_and_paths(tmp_path):
     items = read_manifest(path, base_seed=100)
     assert [(i.line, i.output, i.seed) for i in items] == [(1, "a.wav", 100), (3, "b.flac", 5), (4, "c.wav", 102)]
     assert items[2].voice == str((tmp_path / "voices" / "ann.safetensors").resolve())
+    # a reference clip may be an http(s) URL (fetched when the item is spoken); a voice is a file
+    url = "https://example.com/clips/me.wav"
+    items = read_manifest(_manifest(tmp_path, [{"text": "One.", "output": "a", "reference": url, "reference_text": "Hi"}]))
+    assert (items[0].reference, items[0].reference_text) == (url, "Hi")
+    with pytest.raises(ValueError, match=re.escape("line 1: the voice file 'https://example.com/v.safetensors' does not")):
+        read_manifest(_manifest(tmp_path, [{"text": "One.", "output": "a", "voice": "https://example.com/v.safetensors"}]))
 
 
 @pytest.mark.parametrize("lines, message", [

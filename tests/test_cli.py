@@ -374,6 +374,36 @@ def test_error_messages(in_process, case):
         assert len(err.splitlines()) == 1, err
 
 
+def test_ref_audio_url_is_fetched(in_process, tiny_model, tmp_path):
+    """`--ref-audio http://...`: not checked as a local file; the clip is fetched and encoded (its voice is the file's
+    voice), and an address that serves no clip is one line with exit code 2."""
+    import functools
+    import http.server
+    import threading
+
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    clip = np.sin(np.arange(24000 * 1.2) / 7.0).astype(np.float32) * 0.3
+    soundfile.write(str(tmp_path / "me.wav"), clip, 24000, subtype="FLOAT")
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(tmp_path)))
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        code, out, err = in_process("speak", "Hi.", "--model", "tiny-random", "--ref-audio", f"{base}/me.wav",
+                                    "--max-seconds", "0.12", "--save-voice", "voice.json", "-o", "out.wav")
+        assert code == 0, err
+        expected = tiny_model.encode_reference(clip, sampling_rate=24000).codes
+        assert torch.equal(HiggsAudioV3Voice.load(tmp_path / "voice.json").codes, expected)
+        code, out, err = in_process("speak", "Hi.", "--model", "tiny-random", "--ref-audio", f"{base}/gone.wav")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert code == 2 and out == "" and len(err.splitlines()) == 1, err
+    assert err.startswith(f"higgs-v3: error: Could not fetch reference audio URL '{base}/gone.wav' (HTTP 404 "), err
+
+
 # ----------------------------------------------------------------------------------------- other commands
 def test_make_tiny_and_tags(in_process, tmp_path):
     code, out, _ = in_process("make-tiny", "demo")

@@ -482,6 +482,28 @@ def test_resolve_voice_from_a_clip_and_a_transcript(tts, tmp_path):
         resolve_voice(model, processor, str(tmp_path / "missing.safetensors"))
 
 
+def test_audio_dict_references_are_encoded_once(tts, monkeypatch):
+    """An audio dict (`{"array": samples, "sampling_rate": rate}`, as the processor takes it) is a clip for long-form
+    speech and for each dialogue speaker (their own rates): encoded once, every chunk uses the same rows."""
+    model, processor = tts
+    samples = (torch.sin(torch.arange(16000 * 1.2) / 5.0) * 0.3).numpy()
+    expected = model.encode_reference(samples, sampling_rate=16000).codes
+    encoded = []
+    original = model.encode_reference
+    monkeypatch.setattr(model, "encode_reference", lambda *a, **k: encoded.append(1) or original(*a, **k))
+    recorder = Recorder(model, monkeypatch)
+    clip = {"array": samples, "sampling_rate": 16000}
+    long = synthesize_long(model, processor, "One. Two.", reference=clip, max_chars=4, seed=0, max_seconds=0.12)
+    assert len(encoded) == 1 and torch.equal(long.voice.codes, expected)
+    assert torch.equal(recorder.calls[0]["audio_input_ids"].cpu(), torch.cat([delayed_by_loop(expected)] * 2))
+    dialogue = synthesize_dialogue(model, processor, "[Ann] Hi.\n[Bob] Hello.", {"Ann": clip, "Bob": (clip, "Bob.")},
+                                   seed=0, max_seconds=0.12)
+    assert len(encoded) == 3 and torch.equal(dialogue.voices["Ann"].codes, expected)
+    assert dialogue.voices["Bob"].text == "Bob."
+    with pytest.raises(ValueError, match=re.escape("The voice of 'Ann' is an array of samples without its sampling rate")):
+        synthesize_dialogue(model, processor, "[Ann] Hi.", {"Ann": {"array": samples}})
+
+
 # --------------------------------------------------------------------------------------------- two import paths
 
 

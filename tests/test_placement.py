@@ -58,6 +58,19 @@ def _check_same_speech(placed, model, out) -> None:
                        model.encode_reference(waveform, sampling_rate=24000).codes)
 
 
+def _check_same_clip_rows(placed, model, processor) -> None:
+    """A reference clip (`processor(reference=clip)`) encoded by the placed codec: the same filled rows, on the rows'
+    device, and the same greedy generation as the plain model's."""
+    clip = torch.randn(30000, generator=torch.Generator().manual_seed(2)) * 0.1
+    inputs = processor("Hello there.", reference=clip, sampling_rate=24000)
+    clips = (inputs["audio_input_ids"], inputs["reference_audio"], inputs["reference_audio_lengths"])
+    expected = model.config.audio_spec.delay(model.encode_reference(clip, sampling_rate=24000).codes)  # its voice's
+    rows = placed.merge_reference_clips(*clips)
+    assert rows.device == inputs["audio_input_ids"].device and torch.equal(rows, expected)
+    options = {"do_sample": False, "max_new_tokens": ROWS}
+    assert torch.equal(placed.generate(**inputs, **options), model.generate(**inputs, **options))
+
+
 def _codec_is_plain(model, device: str) -> None:
     """The codec on `device` with real weights, no accelerate hook and frozen."""
     assert {t.device.type for t in model.codec.state_dict().values()} == {device}
@@ -90,7 +103,7 @@ def test_auto_device_map_splits_the_decoder_layers_and_keeps_the_codec_whole(sav
     assert len([key for key in split if key.startswith("codec.")]) > 10  # what the declaration prevents
 
 
-def test_codec_offloaded_by_accelerate_is_put_back_on_its_device(saved):
+def test_codec_offloaded_by_accelerate_is_put_back_on_its_device(saved, processor):
     """The state `device_map={"": "cuda:0", "codec": "cpu"}` leaves after accelerate's dispatch (the codec's weights
     replaced by meta tensors, kept in the hook's weights map, hooks around every forward; here the execution device is
     the CPU): `place_codec_by_device_map` gives the codec its weights back on the CPU and removes the hooks."""
@@ -106,10 +119,11 @@ def test_codec_offloaded_by_accelerate_is_put_back_on_its_device(saved):
     got = placed.generate(input_ids=torch.tensor(PROMPT), do_sample=False, max_new_tokens=ROWS,
                           return_dict_in_generate=True)
     assert torch.equal(got.audio[0], out.audio[0])
+    _check_same_clip_rows(placed, model, processor)
 
 
 @pytest.mark.integration
-def test_device_map_with_the_codec_on_its_own_entry(saved, tmp_path):
+def test_device_map_with_the_codec_on_its_own_entry(saved, tmp_path, processor):
     """`{"": "cpu", "codec": "disk"}`: a real split (accelerate dispatches and offloads the codec to the disk); the
     codec ends up on the CPU, one entry of `hf_device_map`, and the speech is the plain load's, bit for bit."""
     model, folder, out = saved
@@ -119,6 +133,7 @@ def test_device_map_with_the_codec_on_its_own_entry(saved, tmp_path):
                                     "codec": "cpu"}
     _codec_is_plain(placed, "cpu")
     _check_same_speech(placed, model, out)
+    _check_same_clip_rows(placed, model, processor)
 
 
 # transformers 5.5.0 leaves the tied `audio_head.weight` out of its disk-offload index (accelerate's loader raises

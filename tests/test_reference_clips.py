@@ -181,6 +181,26 @@ def test_transcript_and_a_batch_mixing_clips_voices_and_none(tts_model, processo
     assert torch.equal(greedy, tts_model.generate(**expected, do_sample=False, max_new_tokens=ROWS))
 
 
+def test_a_reloaded_processor_counts_frames_with_the_saved_models_codec(tts_model, processor, tmp_path):
+    """The frame count is not saved with the processor: `from_pretrained` reads the codec config of the model saved
+    beside it (a converted folder may hold another codec, here one whose HuBERT has another first stride), and without
+    one counts the real codec's frames."""
+    processor.save_pretrained(tmp_path / "alone")
+    tts_model.config.save_pretrained(tmp_path / "folder")
+    processor.save_pretrained(tmp_path / "folder")
+    config = json.loads((tmp_path / "folder" / "config.json").read_text())
+    config["codec_config"]["semantic_model_config"]["conv_stride"][0] += 1
+    (tmp_path / "folder" / "config.json").write_text(json.dumps(config))
+    other, real = codec_num_frames(48000, config["codec_config"]), codec_num_frames(48000, REAL_CODEC_CONFIG)
+    # 2 s: 32000 samples at 16 kHz, padded to 32320; kernel 10 stride 6: 5386; four (3, 2): 2692, 1345, 672, 335; two
+    # (2, 2): 167, 83; every second kept: 42 (the real stride 5 gives 50)
+    assert (other, real) == (42, 50)
+    clip = noise(2.0, 24000, seed=3)
+    for folder, frames in (("folder", other), ("alone", real)):
+        reloaded = HiggsAudioV3Processor.from_pretrained(tmp_path / folder)
+        assert reloaded(TEXT, reference=clip, sampling_rate=24000)["audio_input_ids"].shape == (frames + C - 1, C)
+
+
 def test_return_tensors_and_the_float32_waveform_through_to(processor):
     clip = noise(1.0, 24000, seed=6)
     as_pt = processor(TEXT, reference=clip, sampling_rate=24000)
@@ -299,10 +319,21 @@ def test_generate_refusals(tts_model, processor):
     )):
         tts_model.generate(**{**inputs, "reference_audio": inputs["reference_audio"].bfloat16()}, max_new_tokens=ROWS)
     with pytest.raises(ValueError, match=re.escape(
-        "reference_audio_lengths [24001] must be positive and add up to the 24000 samples of reference_audio (the clips "
-        "one after another)."
+        "reference_audio_lengths [24001] must be positive integers and add up to the 24000 samples of reference_audio "
+        "(the clips one after another)."
     )):
         tts_model.generate(**{**inputs, "reference_audio_lengths": torch.tensor([24001])}, max_new_tokens=ROWS)
+    with pytest.raises(ValueError, match=re.escape(
+        "reference_audio_lengths [24000.0] must be positive integers and add up to the 24000 samples"
+    )):
+        tts_model.generate(**{**inputs, "reference_audio_lengths": torch.tensor([24000.0])}, max_new_tokens=ROWS)
+    nan = inputs["reference_audio"].clone()
+    nan[5] = float("nan")
+    with pytest.raises(ValueError, match=re.escape(
+        "reference_audio has NaN or infinite samples; pass the processor's output (it refuses such clips) or clean "
+        "waveforms."
+    )):
+        tts_model.generate(**{**inputs, "reference_audio": nan}, max_new_tokens=ROWS)
     with pytest.raises(ValueError, match=re.escape(
         "reference_audio must be the clips' waveforms one after another, [total samples] (as the processor returns "
         "it), got shape (1, 24000)."
