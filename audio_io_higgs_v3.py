@@ -217,6 +217,32 @@ def _to_channels_first(samples: np.ndarray) -> np.ndarray:
     )
 
 
+def clip_source(clip, sampling_rate: int | None, where: str) -> tuple[object, int | None]:
+    """`(audio, rate)` for `prepare_reference_waveform` of a clip as the processor and long-form take it: an audio
+    dict unpacked, samples given their rate (from the dict, else `sampling_rate`); samples without a rate are refused.
+    Reads nothing."""
+    where = where[:1].upper() + where[1:]
+    if isinstance(clip, dict):
+        audio = clip.get("array") if clip.get("array") is not None else clip.get("path")
+        if audio is None:
+            raise ValueError(
+                f"{where} is an audio dict without samples or a file (its keys: {sorted(map(str, clip))}); pass "
+                "{'array': samples, 'sampling_rate': rate} (as datasets' Audio feature gives it) or {'path': file}."
+            )
+        if isinstance(audio, (str, os.PathLike)):  # a file's rate is read from it; a rate given with it must agree
+            return audio, clip.get("sampling_rate")
+        clip, sampling_rate = audio, clip.get("sampling_rate", sampling_rate)
+    if isinstance(clip, (str, os.PathLike)):
+        return clip, None  # `sampling_rate` is for samples: files and URLs carry their own
+    if sampling_rate is None:
+        raise ValueError(
+            f"{where} is an array of samples without its sampling rate; pass it too: processor(text, "
+            "reference=samples, sampling_rate=rate), reference={'array': samples, 'sampling_rate': rate}, or in a "
+            "chat message {'type': 'audio', 'audio': samples, 'sampling_rate': rate}."
+        )
+    return clip, sampling_rate
+
+
 def prepare_reference_waveform(
     audio: AudioLike,
     sampling_rate: int | None = None,
@@ -653,6 +679,7 @@ __all__ = [
     "VOICE_FILE_SUFFIXES",
     "atomic_output",
     "check_audio_output",
+    "clip_source",
     "is_audio_url",
     "MAX_REFERENCE_SECONDS",
     "MIN_REFERENCE_SECONDS",

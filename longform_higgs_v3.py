@@ -37,7 +37,14 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .audio_io_higgs_v3 import MAX_REFERENCE_SECONDS, VOICE_FILE_SUFFIXES, HiggsAudioV3Voice, atomic_output, save_audio
+from .audio_io_higgs_v3 import (
+    MAX_REFERENCE_SECONDS,
+    VOICE_FILE_SUFFIXES,
+    HiggsAudioV3Voice,
+    atomic_output,
+    clip_source,
+    save_audio,
+)
 from .chunking_higgs_v3 import DEFAULT_MAX_CHARS, DialogueLine, check_dialogue_voices, parse_dialogue, split_text
 from .generation_higgs_v3 import MAX_NEW_TOKENS, MAX_POSITIONS
 from .sampling_higgs_v3 import check_seed, draw_seed
@@ -127,7 +134,7 @@ def resolve_voice(
             raise ValueError(f"A voice tuple is (audio_or_voice, transcript); got {len(spec)} items.")
         spec, transcript = spec
     if isinstance(spec, dict):  # an audio dict (datasets' Audio feature): the processor's own unpacking and checks
-        spec, sampling_rate = processor._clip_source(spec, sampling_rate, where)
+        spec, sampling_rate = clip_source(spec, sampling_rate, where)
     if transcript is not None and not transcript.strip():
         transcript = None
     is_path = isinstance(spec, (str, os.PathLike))

@@ -41,6 +41,7 @@ from .audio_io_higgs_v3 import (
     MAX_REFERENCE_SECONDS,
     VOICE_FILE_SUFFIXES,
     HiggsAudioV3Voice,
+    clip_source,
     is_audio_url,
     prepare_reference_waveform,
     save_audio,
@@ -421,35 +422,10 @@ class HiggsAudioV3Processor(ProcessorMixin):
             return "array" in reference or "path" in reference
         return isinstance(reference, (np.ndarray, torch.Tensor))
 
-    @staticmethod
-    def _clip_source(clip, sampling_rate: int | None, where: str) -> tuple[object, int | None]:
-        """`(audio, rate)` for `prepare_reference_waveform`: an audio dict unpacked, samples given their rate (from the
-        dict, else `sampling_rate`); samples without a rate are refused. Reads nothing."""
-        where = where[:1].upper() + where[1:]
-        if isinstance(clip, dict):
-            audio = clip.get("array") if clip.get("array") is not None else clip.get("path")
-            if audio is None:
-                raise ValueError(
-                    f"{where} is an audio dict without samples or a file (its keys: {sorted(map(str, clip))}); pass "
-                    "{'array': samples, 'sampling_rate': rate} (as datasets' Audio feature gives it) or {'path': file}."
-                )
-            if isinstance(audio, (str, os.PathLike)):  # a file's rate is read from it; a rate given with it must agree
-                return audio, clip.get("sampling_rate")
-            clip, sampling_rate = audio, clip.get("sampling_rate", sampling_rate)
-        if isinstance(clip, (str, os.PathLike)):
-            return clip, None  # `sampling_rate` is for samples: files and URLs carry their own
-        if sampling_rate is None:
-            raise ValueError(
-                f"{where} is an array of samples without its sampling rate; pass it too: processor(text, "
-                "reference=samples, sampling_rate=rate), reference={'array': samples, 'sampling_rate': rate}, or in a "
-                "chat message {'type': 'audio', 'audio': samples, 'sampling_rate': rate}."
-            )
-        return clip, sampling_rate
-
     def _prepare_clip(self, clip, sampling_rate: int | None, where: str) -> _Clip:
         """Load a reference clip as `model.encode_reference` does (`prepare_reference_waveform`: mono, resampled to the
         codec's rate, padded to at least 1 s, length bounds) and count its codec frames (`codec_num_frames`)."""
-        audio, rate = self._clip_source(clip, sampling_rate, where)
+        audio, rate = clip_source(clip, sampling_rate, where)
         waveform = prepare_reference_waveform(audio, rate, target_sampling_rate=self.sampling_rate)  # [N] float32
         return _Clip(waveform=waveform, num_frames=codec_num_frames(waveform.shape[0], self._codec_config))
 
@@ -468,7 +444,7 @@ class HiggsAudioV3Processor(ProcessorMixin):
             if load:
                 codes = self._prepare_clip(voice, sampling_rate, where)
             else:
-                self._clip_source(voice, sampling_rate, where)
+                clip_source(voice, sampling_rate, where)
                 codes = _Clip(waveform=torch.zeros(0), num_frames=0)
             voice = None
             # *** end reference clips ***
