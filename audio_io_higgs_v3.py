@@ -270,26 +270,17 @@ def prepare_reference_waveform(
 
     Raises:
         ValueError: unreadable file, unreachable / too large URL, missing or invalid `sampling_rate`, unsupported
-            dtype or shape, empty clip, NaN
-            or infinite samples, clip longer than `max_seconds`.
+            dtype or shape, empty clip, NaN or infinite samples, clip longer than `max_seconds`.
     """
     label = "Reference audio"  # named in every refusal below; a file by its path
-    if is_audio_url(audio):
-        label = f"Reference audio URL {audio!r}"
-        samples, file_rate = _read_audio_url(audio, max_seconds)
-        if sampling_rate is not None and sampling_rate != file_rate:
-            raise ValueError(
-                f"sampling_rate={sampling_rate} was given but {audio!r} is sampled at {file_rate} Hz; leave "
-                "sampling_rate unset for URLs (it is read from the file)."
-            )
-        sampling_rate = file_rate
-    elif isinstance(audio, (str, os.PathLike)):
-        label = f"Reference audio file {str(audio)!r}"
-        samples, file_rate = _read_audio_file(audio, max_seconds)
+    if isinstance(audio, (str, os.PathLike)):  # a file or an http(s) URL: its rate is read from it
+        url = is_audio_url(audio)
+        label = f"Reference audio {'URL' if url else 'file'} {str(audio)!r}"
+        samples, file_rate = (_read_audio_url if url else _read_audio_file)(audio, max_seconds)
         if sampling_rate is not None and sampling_rate != file_rate:
             raise ValueError(
                 f"sampling_rate={sampling_rate} was given but {str(audio)!r} is sampled at {file_rate} Hz; leave "
-                "sampling_rate unset for files (it is read from the file)."
+                f"sampling_rate unset for {'URLs' if url else 'files'} (it is read from the file)."
             )
         sampling_rate = file_rate
     elif isinstance(audio, (np.ndarray, torch.Tensor)):
