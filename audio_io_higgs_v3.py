@@ -54,6 +54,10 @@ MIN_REFERENCE_SECONDS: float = 1.0
 
 MAX_REFERENCE_SECONDS: float = 100.0
 """Longer reference clips are refused (the official server's limit; 5 to 30 s of clean speech is plenty)."""
+REFERENCE_ADVICE = "Trim it: 5 to 30 s of clean speech is enough to clone a voice."
+"""What a refusal of a too long reference clip advises (`prepare_reference_waveform(too_long_advice=...)`)."""
+TARGET_ADVICE = "Split long recordings into sentences, one target each."
+"""What a refusal of a too long training target advises (`model.encode_target`, `processor(audio_target=...)`)."""
 
 AUDIO_OUTPUT_SUFFIXES: tuple[str, ...] = (".wav", ".flac", ".ogg", ".mp3", ".aiff", ".au", ".caf", ".w64", ".rf64")
 """File names `save_audio` writes (the format follows the extension; `.wav` is 16-bit PCM)."""
@@ -90,7 +94,9 @@ def _unreadable_audio(path: str | os.PathLike, error: BaseException, kind: str =
     )
 
 
-def _read_audio_file(path: str | os.PathLike, max_seconds: float = MAX_REFERENCE_SECONDS) -> tuple[np.ndarray, int]:
+def _read_audio_file(
+    path: str | os.PathLike, max_seconds: float = MAX_REFERENCE_SECONDS, advice: str = REFERENCE_ADVICE
+) -> tuple[np.ndarray, int]:
     """`path` -> (samples `[channels, N]` float32 in [-1, 1], sample rate). The length is read from the file's header
     first: a file longer than `max_seconds` is refused before any sample is read."""
     if soundfile is None:
@@ -99,10 +105,12 @@ def _read_audio_file(path: str | os.PathLike, max_seconds: float = MAX_REFERENCE
         raise IsADirectoryError(f"Reference audio file {str(path)!r} is a folder; give an audio file (wav, flac, ogg).")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"Reference audio file {str(path)!r} does not exist.")
-    return _decode_audio(os.fspath(path), path, "file", max_seconds)
+    return _decode_audio(os.fspath(path), path, "file", max_seconds, advice)
 
 
-def _decode_audio(source, name: str | os.PathLike, kind: str, max_seconds: float) -> tuple[np.ndarray, int]:
+def _decode_audio(
+    source, name: str | os.PathLike, kind: str, max_seconds: float, advice: str = REFERENCE_ADVICE
+) -> tuple[np.ndarray, int]:
     """Decode a file path or an in-memory file (`io.BytesIO`) with soundfile, refusals naming the reference audio
     `kind` ("file" or "URL") `name`: the header first (length, rate, channels), then the samples."""
     label = f"Reference audio {kind} {str(name)!r}"
@@ -115,8 +123,7 @@ def _decode_audio(source, name: str | os.PathLike, kind: str, max_seconds: float
     if info.frames > max_seconds * info.samplerate:
         raise ValueError(
             f"{label} is {info.frames / info.samplerate:.2f} s long ({info.frames} samples "
-            f"at {info.samplerate} Hz); the longest accepted is {max_seconds:g} s. Trim it: 5 to 30 s of clean speech "
-            "is enough to clone a voice."
+            f"at {info.samplerate} Hz); the longest accepted is {max_seconds:g} s. {advice}"
         )
     if isinstance(source, io.IOBase):
         source.seek(0)
@@ -136,7 +143,11 @@ def is_audio_url(value) -> bool:
 
 
 def _read_audio_url(
-    url: str, max_seconds: float = MAX_REFERENCE_SECONDS, timeout: float | None = None, max_bytes: int | None = None
+    url: str,
+    max_seconds: float = MAX_REFERENCE_SECONDS,
+    timeout: float | None = None,
+    max_bytes: int | None = None,
+    advice: str = REFERENCE_ADVICE,
 ) -> tuple[np.ndarray, int]:
     """Fetch `url` (at most `REFERENCE_URL_TIMEOUT` seconds per network operation, at most `MAX_REFERENCE_URL_BYTES`
     bytes, read into memory: nothing is written to disk) and decode it as `_read_audio_file` decodes a file.
@@ -170,7 +181,7 @@ def _read_audio_url(
                          "or download the clip and pass its file path.") from None
     if len(data) > max_bytes:
         raise ValueError(too_large)
-    return _decode_audio(io.BytesIO(data), url, "URL", max_seconds)
+    return _decode_audio(io.BytesIO(data), url, "URL", max_seconds, advice)
 
 
 # libsndfile's log of a sample chunk larger than the file: WAV/RF64 `data`, AIFF `SSND`, AU `Data Size`, W64 `riff`.
@@ -249,6 +260,7 @@ def prepare_reference_waveform(
     target_sampling_rate: int = _RATES.sampling_rate,
     min_seconds: float = MIN_REFERENCE_SECONDS,
     max_seconds: float = MAX_REFERENCE_SECONDS,
+    too_long_advice: str = REFERENCE_ADVICE,
 ) -> torch.FloatTensor:
     """Load and validate a reference clip; return the 24 kHz mono float32 waveform `[N]` the codec encodes.
 
@@ -264,6 +276,8 @@ def prepare_reference_waveform(
             server's resampler).
         min_seconds: shorter clips are padded with zeros at the end to this duration.
         max_seconds: longer clips are refused (the official server accepts up to 100 s).
+        too_long_advice: the sentence that refusal ends with (`REFERENCE_ADVICE`; `model.encode_target` gives a
+            training target's).
 
     Returns:
         `torch.FloatTensor` of shape `[max(N', ceil(min_seconds * target_sampling_rate))]`, N' the resampled length.
@@ -276,7 +290,10 @@ def prepare_reference_waveform(
     if isinstance(audio, (str, os.PathLike)):  # a file or an http(s) URL: its rate is read from it
         url = is_audio_url(audio)
         label = f"Reference audio {'URL' if url else 'file'} {str(audio)!r}"
-        samples, file_rate = (_read_audio_url if url else _read_audio_file)(audio, max_seconds)
+        samples, file_rate = (
+            _read_audio_url(audio, max_seconds, advice=too_long_advice) if url
+            else _read_audio_file(audio, max_seconds, too_long_advice)
+        )
         if sampling_rate is not None and sampling_rate != file_rate:
             raise ValueError(
                 f"sampling_rate={sampling_rate} was given but {str(audio)!r} is sampled at {file_rate} Hz; leave "
@@ -314,8 +331,7 @@ def prepare_reference_waveform(
     if num_samples > max_seconds * sampling_rate:
         raise ValueError(
             f"{label} is {num_samples / sampling_rate:.2f} s long ({num_samples} samples at {sampling_rate} "
-            f"Hz); the longest accepted is {max_seconds:g} s. Trim it: 5 to 30 s of clean "
-            "speech is enough to clone a voice."
+            f"Hz); the longest accepted is {max_seconds:g} s. {too_long_advice}"
         )
     peak = float(np.abs(samples).max())
     if peak > 1.0:
@@ -666,7 +682,9 @@ __all__ = [
     "AUDIO_OUTPUT_SUFFIXES",
     "MAX_REFERENCE_URL_BYTES",
     "MAX_VOICE_JSON_BYTES",
+    "REFERENCE_ADVICE",
     "REFERENCE_URL_TIMEOUT",
+    "TARGET_ADVICE",
     "VOICE_FILE_SUFFIXES",
     "atomic_output",
     "check_audio_output",

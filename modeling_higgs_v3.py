@@ -20,7 +20,7 @@ from transformers import PreTrainedModel, Qwen3Model
 from transformers.modeling_outputs import CausalLMOutputWithPast
 from transformers.utils import logging
 
-from .audio_io_higgs_v3 import AudioLike, HiggsAudioV3Voice, prepare_reference_waveform
+from .audio_io_higgs_v3 import TARGET_ADVICE, AudioLike, HiggsAudioV3Voice, prepare_reference_waveform
 from .chunking_higgs_v3 import DialogueLine  # noqa: F401 (imported by longform; see below)
 from .codec_higgs_v3 import HiggsAudioV3Codec
 from .compat_higgs_v3 import CACHE_KWARG, pop_cache, prepare_generation_config, replicated
@@ -445,7 +445,8 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
         if max_seconds is None:
             max_seconds = spec.seconds(spec.frames(MAX_NEW_TOKENS))
         waveform = prepare_reference_waveform(
-            audio, sampling_rate, target_sampling_rate=spec.sampling_rate, min_seconds=0.0, max_seconds=max_seconds
+            audio, sampling_rate, target_sampling_rate=spec.sampling_rate, min_seconds=0.0, max_seconds=max_seconds,
+            too_long_advice=TARGET_ADVICE,
         )  # [N]
         minimum = spec.num_codebooks * spec.samples_per_frame
         if waveform.shape[0] < minimum:

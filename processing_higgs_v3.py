@@ -39,6 +39,7 @@ from transformers.utils import logging
 
 from .audio_io_higgs_v3 import (
     MAX_REFERENCE_SECONDS,
+    TARGET_ADVICE,
     VOICE_FILE_SUFFIXES,
     HiggsAudioV3Voice,
     clip_source,
@@ -390,7 +391,7 @@ class HiggsAudioV3Processor(ProcessorMixin):
             raise ValueError(
                 f"{where} have {codes.shape[0]} frames ({codes.shape[0] / self.frame_rate:.1f} s); the longest {kind} "
                 f"accepted is {MAX_REFERENCE_SECONDS:g} s ({longest} frames). " + ("5 to 30 s of clean speech is enough."
-                if kind == "reference" else "Split long recordings into sentences, one target each.")
+                if kind == "reference" else TARGET_ADVICE)
             )
         low, high = int(codes.min()), int(codes.max())
         if low < 0 or high >= boc:

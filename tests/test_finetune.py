@@ -255,6 +255,20 @@ def test_prepare_examples_encodes_once_and_caches(tmp_path, processor, codec_mod
     assert all(p.dtype == torch.float32 for p in codec_model.codec.parameters())
 
 
+def test_a_too_long_target_clip_gets_a_targets_advice(tmp_path, codec_model):
+    """`encode_target` refuses a clip over its limit (file: from the header; samples: before resampling) with a
+    target's advice, not a reference's ("5 to 30 s of clean speech is enough to clone a voice")."""
+    path = write_wav(tmp_path / "long.wav", 2.0)
+    with pytest.raises(ValueError) as error:
+        codec_model.encode_target(str(path), max_seconds=1.5)
+    assert str(error.value) == (f"Reference audio file {str(path)!r} is 2.00 s long (48000 samples at 24000 Hz); the "
+                                "longest accepted is 1.5 s. Split long recordings into sentences, one target each.")
+    with pytest.raises(ValueError) as error:
+        codec_model.encode_target(np.zeros(32000, dtype=np.float32), sampling_rate=16000, max_seconds=1.5)
+    assert str(error.value) == ("Reference audio is 2.00 s long (32000 samples at 16000 Hz); the longest accepted is "
+                                "1.5 s. Split long recordings into sentences, one target each.")
+
+
 def test_dataset_with_audio_column(processor, codec_model, tmp_path):
     from datasets import Audio, Dataset
 
