@@ -88,6 +88,18 @@ def tiny_model(seed: int = 0, **overrides) -> HiggsAudioV3ForConditionalGenerati
     return copy.deepcopy(model)
 
 
+def tiny_tts_model(max_new_tokens: int) -> HiggsAudioV3ForConditionalGeneration:
+    """`tiny_model` with the tiny codec (codebooks randomized with seed 0, so codes vary) and a generation config that
+    stops after `max_new_tokens` rows. `use_cache` is set: transformers 5.5's text-to-audio pipeline copies the
+    generation config into the model config, whose strict `use_cache: bool` refuses None."""
+    model = tiny_model(codec_config=tiny_higgs_v3.tiny_codec_config())
+    torch.manual_seed(0)
+    tiny_higgs_v3.randomize_codebooks(model.codec)
+    model.generation_config.max_new_tokens = max_new_tokens
+    model.generation_config.use_cache = True
+    return model
+
+
 @pytest.fixture(scope="module")
 def model() -> HiggsAudioV3ForConditionalGeneration:
     return tiny_model()

@@ -24,7 +24,7 @@ import pytest
 import soundfile
 import torch
 import torch.nn.functional as F
-from conftest import tiny_model
+from conftest import tiny_model, tiny_tts_model
 from oracles import BOC, EOC, NUM_CODEBOOKS, delayed_by_loop, rows_to_codes_by_loop
 
 from higgs_v3 import modeling_higgs_v3
@@ -33,7 +33,6 @@ from higgs_v3.codec_higgs_v3 import resample_audio
 from higgs_v3.delay_higgs_v3 import rows_to_codes
 from higgs_v3.processing_higgs_v3 import HiggsAudioV3Processor
 from higgs_v3.streaming_higgs_v3 import HiggsAudioV3AudioStreamer
-from higgs_v3.tiny_higgs_v3 import randomize_codebooks, tiny_codec_config
 
 
 C = NUM_CODEBOOKS
@@ -81,14 +80,7 @@ class ReachCodec(torch.nn.Module):
 
 
 def make_tts_model():
-    model = tiny_model(codec_config=tiny_codec_config())
-    torch.manual_seed(0)
-    randomize_codebooks(model.codec)
-    # What the converted repo's generation_config.json must carry. `use_cache` set: transformers 5.5's text-to-audio
-    # pipeline copies the generation config into the model config, whose strict `use_cache: bool` refuses None.
-    model.generation_config.max_new_tokens = MAX_ROWS
-    model.generation_config.use_cache = True
-    return model
+    return tiny_tts_model(MAX_ROWS)  # what the converted repo's generation_config.json must carry
 
 
 # ----------------------------------------------------------------------------------------------------- fixtures

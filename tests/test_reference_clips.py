@@ -28,13 +28,13 @@ import numpy as np
 import pytest
 import soundfile
 import torch
-from conftest import tiny_model
+from conftest import tiny_model, tiny_tts_model
 
 from higgs_v3 import audio_io_higgs_v3
 from higgs_v3.codec_higgs_v3 import codec_num_frames
 from higgs_v3.configuration_higgs_v3 import REAL_CODEC_CONFIG
 from higgs_v3.processing_higgs_v3 import HiggsAudioV3BatchFeature, HiggsAudioV3Processor
-from higgs_v3.tiny_higgs_v3 import randomize_codebooks, tiny_codec_config
+from higgs_v3.tiny_higgs_v3 import tiny_codec_config
 
 
 C = 8
@@ -45,12 +45,7 @@ TEXT = "Hello there."
 # ----------------------------------------------------------------------------------------------------- fixtures
 @pytest.fixture(scope="module")
 def tts_model():
-    model = tiny_model(codec_config=tiny_codec_config())
-    torch.manual_seed(0)
-    randomize_codebooks(model.codec)
-    model.generation_config.max_new_tokens = ROWS
-    model.generation_config.use_cache = True
-    return model
+    return tiny_tts_model(ROWS)
 
 
 def noise(seconds: float, rate: int, seed: int, channels: int = 1) -> np.ndarray:
@@ -397,10 +392,7 @@ def test_pipeline_with_a_clip_in_a_chat_and_in_preprocess_params(processor, clip
     the same audio as the direct generate with the clip's voice."""
     from transformers import pipeline
 
-    model = tiny_model(codec_config=tiny_codec_config())
-    torch.manual_seed(0)
-    randomize_codebooks(model.codec)
-    model.generation_config.use_cache = True
+    model = tiny_tts_model(ROWS)
     model.to(torch.bfloat16)
     assert model.dtype == torch.bfloat16 and model.codec.fc.weight.dtype == torch.float32
     pipe = pipeline("text-to-speech", model=model, processor=processor, tokenizer=processor.tokenizer)
