@@ -206,7 +206,7 @@ class HiggsAudioV3Codec(XcodecModel):
     ```python
     >>> import torch
     >>> from higgs_v3.codec_higgs_v3 import HiggsAudioV3Codec
-    >>> from higgs_v3.tiny_higgs_v3 import tiny_codec_config  # a tiny test config; REAL_CODEC_CONFIG is the real one
+    >>> from higgs_v3.testing.tiny import tiny_codec_config  # a tiny test config; REAL_CODEC_CONFIG is the real one
     >>> codec = HiggsAudioV3Codec.from_codec_config(tiny_codec_config()).eval()
     >>> codes = codec.encode(torch.randn(1, 1, 24000))
     >>> codes.shape

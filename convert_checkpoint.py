@@ -5,27 +5,27 @@
     python convert_checkpoint.py --input ORIGINAL_DIR --output OUT_DIR [--dtype bfloat16|float16|float32]
         [--revision REV] [--max-shard-size 2GB] [--codec-config FILE] [--overwrite] [--push-to-hub REPO_ID [--private]]
     python convert_checkpoint.py --to-original --input CONVERTED_DIR --output ORIGINAL_LAYOUT_DIR [--original DIR]
-        (the other direction, for the serving engines: `export_higgs_v3`)
+        (the other direction, for the serving engines: `conversion/export`)
 
 Four steps, each in its own module:
 
-1. **Read** (`original_format_higgs_v3`): the original folder (or a Hub snapshot without pickle files): config,
+1. **Read** (`conversion/original_format`): the original folder (or a Hub snapshot without pickle files): config,
    safetensors headers against the index, tokenizer specials, the codec config file when there is one.
 2. **Plan** (here, `plan_conversion`): every source key mapped by `MAPPING_TABLE`, ignored on purpose with a reason,
    or an error; the codec config chosen (`--codec-config`, else `higgs_audio_v2_tokenizer_config.json` in the input
    folder, else `REAL_CODEC_CONFIG`) and checked against the codec tensors; the heads' tying decided; every target
    tensor checked against the shape the converted config implies. All problems of a step are listed in one error.
-3. **Write** (`converted_repo_higgs_v3`): shards planned by `huggingface_hub.split_torch_state_dict_into_shards`,
+3. **Write** (`conversion/repo`): shards planned by `huggingface_hub.split_torch_state_dict_into_shards`,
    each read, checked for NaN/inf, cast (the language model to `--dtype`, the codec to float32) and written with
    `safetensors.torch.save_file`, one shard in memory at a time; then the config with `auto_map`,
    `generation_config.json`, the tokenizer files unchanged, the processor, the remote code, a model card and the
    source's LICENSE/NOTICE files.
 4. **Verify**: every written tensor re-read and compared bit for bit with its source, then
-   `verification_higgs_v3.verify_conversion`: the folder, loaded in a fresh process, against an independent forward
+   `conversion.verification.verify_conversion`: the folder, loaded in a fresh process, against an independent forward
    over the original tensors.
 
 Everything is written into a temporary folder next to the output and renamed at the end: a failed run leaves the
-output as it was, and what a killed run leaves is cleaned up by the next (`output_folders_higgs_v3`). `--push-to-hub`
+output as it was, and what a killed run leaves is cleaned up by the next (`conversion/folders`). `--push-to-hub`
 uploads the result with `HfApi.upload_folder`. No pickle is loaded anywhere.
 
 `from_original(repo_or_dir)` converts once into a local cache and loads the model from there (the original repo has no
@@ -74,7 +74,7 @@ from transformers import PretrainedConfig
 from transformers.utils import logging
 
 from .configuration_higgs_v3 import REAL_CODEC_CONFIG, HiggsAudioV3Config
-from .converted_repo_higgs_v3 import (
+from .conversion.repo import (
     AS_HEAD,
     WEIGHT_DTYPES,
     PlannedTensor,
@@ -90,14 +90,14 @@ from .converted_repo_higgs_v3 import (
     write_repo_files,
     write_weights,
 )
-from .output_folders_higgs_v3 import (
+from .conversion.folders import (
     check_complete,
     clean_stale_siblings,
     staging_folder,
     swap_into_place,
     write_complete,
 )
-from .original_format_higgs_v3 import (
+from .conversion.original_format import (
     CODEC_PREFIX,
     HEADS,
     ORIGINAL_CODEC_CONFIG_FILE,
@@ -115,14 +115,14 @@ from .original_format_higgs_v3 import (
     read_rows,
     resolve_input,
 )
-from .verification_higgs_v3 import verify_conversion
+from .conversion.verification import verify_conversion
 
 
 logger = logging.get_logger(__name__)
 
 DTYPES: dict[str, torch.dtype] = WEIGHT_DTYPES
 """Accepted `--dtype` values for the language model (the codec is always stored in float32): the export's table too
-(`converted_repo_higgs_v3.WEIGHT_DTYPES`)."""
+(`conversion.repo.WEIGHT_DTYPES`)."""
 
 DEFAULT_MAX_SHARD_SIZE: str = "2GB"
 """Largest safetensors shard by default. Shards are written one at a time, so the converter's peak memory is about one
@@ -466,7 +466,7 @@ def _check_input(source_dir: Path, output: Path) -> Path:
 
 def _swap_into_place(staging: Path, output: Path, overwrite: bool) -> None:
     """Rename `staging` to `output`; an old output is removed only once the new one is in place
-    (`output_folders_higgs_v3.swap_into_place`)."""
+    (`conversion.folders.swap_into_place`)."""
     if output.is_dir() and not _is_empty_dir(output) and not overwrite:
         raise ConversionError(
             f"The output folder {str(output)!r} became non-empty during the conversion; not replacing it."
@@ -585,7 +585,7 @@ def converted_path(
     """Convert an original checkpoint once into `cache_dir` (default `default_cache_dir()`) and return the converted
     folder; later calls with the same source (same files, same revision), dtype and codec config return the cached
     folder at once. An entry ends with a completion marker (sizes and sha256 of its files,
-    `output_folders_higgs_v3`): an entry without it, or with a file missing or of another size, is reported in one
+    `conversion/folders`): an entry without it, or with a file missing or of another size, is reported in one
     warning and converted again; concurrent calls for one entry convert it once (a lock on the cache folder)."""
     source_dir = resolve_input(repo_or_dir, revision=revision).resolve()
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
@@ -750,7 +750,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
                         "else the real codec's)")
     parser.add_argument("--without-codec", action="store_true", help="convert the language model only")
     parser.add_argument("--no-verify", action="store_true", help="skip the verification (not recommended)")
-    # *** export (export_higgs_v3): the other direction ***
+    # *** export (conversion.export): the other direction ***
     parser.add_argument("--to-original", action="store_true",
                         help="the other direction: write the converted (or fine-tuned) repo --input in the original "
                         "layout (for vllm-omni / sglang-omni); takes --output, --dtype, --max-shard-size, --overwrite")
@@ -763,7 +763,7 @@ def _parser(prog: str) -> argparse.ArgumentParser:
 
 def _export_main(args) -> int:
     """`--to-original`: the export, printed as the conversion is. Options of the other direction are refused."""
-    from .export_higgs_v3 import export_to_original
+    from .conversion.export import export_to_original
 
     given = [flag for flag, value in (("--revision", args.revision), ("--push-to-hub", args.push_to_hub),
                                       ("--codec-config", args.codec_config), ("--without-codec", args.without_codec),

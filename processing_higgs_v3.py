@@ -637,7 +637,7 @@ class HiggsAudioV3Processor(ProcessorMixin):
                 raise ValueError(
                     f"{where[:1].upper() + where[1:]} is {str(target)!r}, an audio file: the processor does not run the "
                     "codec (the model owns it). Encode it first, `codes = model.encode_target(path)`, and pass the codes; "
-                    "higgs_v3.finetune_higgs_v3.prepare_examples does this for a whole dataset with an on-disk cache."
+                    "higgs_v3.training.finetune.prepare_examples does this for a whole dataset with an on-disk cache."
                 )
             target = HiggsAudioV3Voice.load(target)
         floating = isinstance(target, torch.Tensor) and target.is_floating_point()

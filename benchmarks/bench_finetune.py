@@ -7,7 +7,7 @@
    audio head) over the two examples of the overfit test (batch 2), full fine-tuning with and
    without gradient checkpointing and LoRA (rank `--rank`, width 128 as in the test); optimizer steps per second and
    trained positions per second, after 5 warm-up steps.
-2. **Computed** from the shapes (`finetune_higgs_v3.estimate_lora_memory`), never measured: the memory of a LoRA run
+2. **Computed** from the shapes (`finetune.estimate_lora_memory`), never measured: the memory of a LoRA run
    of the real 4B model at batch 1 (bf16 weights, codec fp32, gradient checkpointing) for examples of `--positions`
    positions. The codec's parameters are counted on the meta device from the real codec config.
 
@@ -31,11 +31,13 @@ def tiny_throughput(steps: int, rank: int) -> list[dict]:
     import torch
     from transformers import AutoTokenizer, PrinterCallback, Trainer, TrainerCallback, TrainingArguments
 
-    from higgs_v3 import HiggsAudioV3ForConditionalGeneration, HiggsAudioV3Processor, tiny_higgs_v3
-    from higgs_v3.finetune_higgs_v3 import HiggsAudioV3DataCollator, HiggsAudioV3SpeechDataset, lora_config
+    from higgs_v3 import HiggsAudioV3ForConditionalGeneration, HiggsAudioV3Processor
+
+    from higgs_v3.testing import tiny
+    from higgs_v3.training.finetune import HiggsAudioV3DataCollator, HiggsAudioV3SpeechDataset, lora_config
 
     with tempfile.TemporaryDirectory() as scratch:
-        processor = HiggsAudioV3Processor(AutoTokenizer.from_pretrained(tiny_higgs_v3.write_tiny_tokenizer(scratch)))
+        processor = HiggsAudioV3Processor(AutoTokenizer.from_pretrained(tiny.write_tiny_tokenizer(scratch)))
     generator = torch.Generator().manual_seed(0)
     texts = ["Hello there.", "Good bye now."]
     batch = [processor(text=t, audio_target=torch.randint(0, 1024, (n, 8), generator=generator))
@@ -57,7 +59,7 @@ def tiny_throughput(steps: int, rank: int) -> list[dict]:
         torch.manual_seed(0)
         overrides = {} if width == 32 else {"hidden_size": width, "head_dim": width // 4, "intermediate_size": 2 * width}
         model = HiggsAudioV3ForConditionalGeneration(
-            tiny_higgs_v3.tiny_config(with_codec=False, attn_implementation="eager", initializer_range=0.3, **overrides)
+            tiny.tiny_config(with_codec=False, attn_implementation="eager", initializer_range=0.3, **overrides)
         )
         if lora:
             from peft import get_peft_model
@@ -85,7 +87,7 @@ def real_memory(positions: list[int], rank: int) -> list[dict]:
 
     from higgs_v3 import HiggsAudioV3Config
     from higgs_v3.codec_higgs_v3 import HiggsAudioV3Codec
-    from higgs_v3.finetune_higgs_v3 import estimate_lora_memory, lora_parameter_count
+    from higgs_v3.training.finetune import estimate_lora_memory, lora_parameter_count
 
     config = HiggsAudioV3Config()  # the real model's shapes (spec/reference/config.json)
     with torch.device("meta"):

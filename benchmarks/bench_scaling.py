@@ -38,7 +38,7 @@ def real_model_parts() -> dict[str, int]:
     the projections (one int8 scale per output row)."""
     from higgs_v3.configuration_higgs_v3 import REAL_CODEC_CONFIG
     from higgs_v3.convert_checkpoint import codec_tensor_shapes
-    from higgs_v3.original_format_higgs_v3 import AUDIO_EMBEDDING, TEXT_EMBEDDING, original_config, original_lm_shapes
+    from higgs_v3.conversion.original_format import AUDIO_EMBEDDING, TEXT_EMBEDDING, original_config, original_lm_shapes
 
     shapes = original_lm_shapes(original_config())
     parts = {"linear": 0, "linear_rows": 0, "norms": 0, "embed_tokens": 0, "audio_embed": 0}
@@ -134,11 +134,11 @@ print(before, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 def load_report(work: Path) -> dict:
     import torch
 
-    from higgs_v3 import tiny_higgs_v3
+    from higgs_v3.testing import tiny
     from higgs_v3.modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
 
     torch.manual_seed(0)
-    HiggsAudioV3ForConditionalGeneration(tiny_higgs_v3.tiny_config()).save_pretrained(work / "tiny")
+    HiggsAudioV3ForConditionalGeneration(tiny.tiny_config()).save_pretrained(work / "tiny")
     import importlib.util
 
     kinds = ("unquantized", "int8") if importlib.util.find_spec("torchao") else ("unquantized",)
@@ -163,10 +163,10 @@ def batch_report(work: Path, items: int) -> dict:
     options = ["batch", str(manifest), "--model", "tiny-random", "--device", "cpu", "--max-seconds", "1",
                "--batch-size", "2", "--no-progress"]
     runs = {
-        "1 process": [sys.executable, "-m", "higgs_v3.cli_higgs_v3", *options, "--out-dir", str(work / "one")],
+        "1 process": [sys.executable, "-m", "higgs_v3.cli", *options, "--out-dir", str(work / "one")],
         "2 processes": [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
                         "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "-m",
-                        "higgs_v3.cli_higgs_v3", *options, "--out-dir", str(work / "two")],
+                        "higgs_v3.cli", *options, "--out-dir", str(work / "two")],
     }
     results = {}
     for name, command in runs.items():

@@ -62,7 +62,7 @@ import torch
 from transformers import CompileConfig
 
 import _harness as H
-from higgs_v3.tiny_higgs_v3 import tiny_codec_config
+from higgs_v3.testing.tiny import tiny_codec_config
 from higgs_v3.configuration_higgs_v3 import REAL_CODEC_CONFIG
 from higgs_v3.modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
 from higgs_v3.streaming_higgs_v3 import HiggsAudioV3AudioStreamer

@@ -15,7 +15,9 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from hypothesis import settings  # noqa: E402
 
-from higgs_v3 import HiggsAudioV3Config, HiggsAudioV3ForConditionalGeneration, tiny_higgs_v3  # noqa: E402
+from higgs_v3 import HiggsAudioV3Config, HiggsAudioV3ForConditionalGeneration  # noqa: E402
+
+from higgs_v3.testing import tiny
 
 
 gc.freeze()
@@ -60,10 +62,10 @@ def one_torch_thread():
 
 
 def tiny_config(**overrides) -> HiggsAudioV3Config:
-    """The project's one tiny config (`tiny_higgs_v3.tiny_config`: 2 layers, the real vocabulary and audio constants)
+    """The project's one tiny config (`tiny.tiny_config`: 2 layers, the real vocabulary and audio constants)
     with eager attention and no codec unless `codec_config` is given."""
     overrides.setdefault("attn_implementation", "eager")
-    return tiny_higgs_v3.tiny_config(with_codec=False, **overrides)
+    return tiny.tiny_config(with_codec=False, **overrides)
 
 
 _BUILT: dict[tuple[int, str], tuple[HiggsAudioV3ForConditionalGeneration, torch.Tensor]] = {}
@@ -92,9 +94,9 @@ def tiny_tts_model(max_new_tokens: int) -> HiggsAudioV3ForConditionalGeneration:
     """`tiny_model` with the tiny codec (codebooks randomized with seed 0, so codes vary) and a generation config that
     stops after `max_new_tokens` rows. `use_cache` is set: transformers 5.5's text-to-audio pipeline copies the
     generation config into the model config, whose strict `use_cache: bool` refuses None."""
-    model = tiny_model(codec_config=tiny_higgs_v3.tiny_codec_config())
+    model = tiny_model(codec_config=tiny.tiny_codec_config())
     torch.manual_seed(0)
-    tiny_higgs_v3.randomize_codebooks(model.codec)
+    tiny.randomize_codebooks(model.codec)
     model.generation_config.max_new_tokens = max_new_tokens
     model.generation_config.use_cache = True
     return model
@@ -109,29 +111,29 @@ def model() -> HiggsAudioV3ForConditionalGeneration:
 def tiny_original(tmp_path_factory):
     """The tiny original-format checkpoint (`write_tiny_original_checkpoint`, defaults), written once per run, in a
     folder named like the real repo. Shared: read it, or copy it before changing anything."""
-    return tiny_higgs_v3.write_tiny_original_checkpoint(tmp_path_factory.mktemp("orig") / "higgs-audio-v3-tts-4b")
+    return tiny.write_tiny_original_checkpoint(tmp_path_factory.mktemp("orig") / "higgs-audio-v3-tts-4b")
 
 
 @pytest.fixture(scope="session")
 def tiny_random_repo(tmp_path_factory):
     """The tiny random model in the converted layout (`make_tiny_random_model`, seed 0, codec included), written once
     per run. Shared: read it, or copy it before changing anything."""
-    return tiny_higgs_v3.make_tiny_random_model(tmp_path_factory.mktemp("random") / "random")
+    return tiny.make_tiny_random_model(tmp_path_factory.mktemp("random") / "random")
 
 
 @pytest.fixture(scope="session")
 def tokenizer_dir(tmp_path_factory):
-    """A folder with the tiny tokenizer's two files, as `tiny_higgs_v3.write_tiny_tokenizer` writes them."""
-    return tiny_higgs_v3.write_tiny_tokenizer(tmp_path_factory.mktemp("tokenizer"))
+    """A folder with the tiny tokenizer's two files, as `tiny.write_tiny_tokenizer` writes them."""
+    return tiny.write_tiny_tokenizer(tmp_path_factory.mktemp("tokenizer"))
 
 
 @pytest.fixture(scope="session")
 def tokenizer():
     """The tiny tokenizer (the real added tokens, in the real order), for tests that build prompts: loaded once per
-    process (`tiny_higgs_v3.loaded_tiny_tokenizer`, which `make_tiny_random_model` uses too) and shared. Loading it
+    process (`tiny.loaded_tiny_tokenizer`, which `make_tiny_random_model` uses too) and shared. Loading it
     reads its 151643-entry vocabulary three times (0.3 s); tests must not change it (the processor's
     `padding_side = "left"` is the one setting made on it, the same by every processor)."""
-    return tiny_higgs_v3.loaded_tiny_tokenizer()
+    return tiny.loaded_tiny_tokenizer()
 
 
 @pytest.fixture(scope="module")

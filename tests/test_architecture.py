@@ -18,7 +18,8 @@ from higgs_v3.configuration_higgs_v3 import AUTO_MAP
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# module -> the package modules it may import (relative imports, anywhere in the file).
+# module -> the package modules it may import (relative imports, anywhere in the file). Modules are named by their
+# dotted path in the package: the flat remote-code modules by their file name, the installed-only ones as `cli.main`.
 MAY_IMPORT: dict[str, set[str]] = {
     "compat_higgs_v3": set(),
     "delay_higgs_v3": set(),
@@ -35,46 +36,46 @@ MAY_IMPORT: dict[str, set[str]] = {
     },
     "processing_higgs_v3": {"audio_io_higgs_v3", "codec_higgs_v3", "configuration_higgs_v3", "delay_higgs_v3"},
     "chunking_higgs_v3": {"processing_higgs_v3"},
-    "original_format_higgs_v3": {"configuration_higgs_v3"},
-    "verification_higgs_v3": {"configuration_higgs_v3", "original_format_higgs_v3"},
-    "converted_repo_higgs_v3": {
-        "configuration_higgs_v3", "generation_higgs_v3", "original_format_higgs_v3", "processing_higgs_v3",
-    },
-    "output_folders_higgs_v3": set(),
-    "convert_checkpoint": {
-        "codec_higgs_v3", "configuration_higgs_v3", "converted_repo_higgs_v3", "export_higgs_v3", "modeling_higgs_v3",
-        "original_format_higgs_v3", "output_folders_higgs_v3", "processing_higgs_v3", "verification_higgs_v3",
-    },
-    "export_higgs_v3": {
-        "codec_higgs_v3", "configuration_higgs_v3", "converted_repo_higgs_v3", "original_format_higgs_v3",
-        "output_folders_higgs_v3", "processing_higgs_v3",
-    },
     "longform_higgs_v3": {
         "audio_io_higgs_v3", "chunking_higgs_v3", "delay_higgs_v3", "generation_higgs_v3", "processing_higgs_v3",
         "sampling_higgs_v3", "streaming_higgs_v3",
     },
-    "model_sources_higgs_v3": {
-        "configuration_higgs_v3", "convert_checkpoint", "converted_repo_higgs_v3", "modeling_higgs_v3",
-        "original_format_higgs_v3", "processing_higgs_v3",
-        "tiny_higgs_v3",  # only inside the tiny-random demo model's builder, see below
+    "convert_checkpoint": {
+        "codec_higgs_v3", "configuration_higgs_v3", "conversion.repo", "conversion.export", "modeling_higgs_v3",
+        "conversion.original_format", "conversion.folders", "processing_higgs_v3", "conversion.verification",
     },
-    "batch_higgs_v3": {
-        "audio_io_higgs_v3", "chunking_higgs_v3", "longform_higgs_v3", "model_sources_higgs_v3", "sampling_higgs_v3",
+    "conversion.original_format": {"configuration_higgs_v3"},
+    "conversion.verification": {"configuration_higgs_v3", "conversion.original_format"},
+    "conversion.repo": {
+        "configuration_higgs_v3", "generation_higgs_v3", "conversion.original_format", "processing_higgs_v3",
     },
-    "cli_higgs_v3": {
-        "audio_io_higgs_v3", "batch_higgs_v3", "chunking_higgs_v3", "convert_checkpoint", "delay_higgs_v3",
-        "finetune_higgs_v3", "generation_higgs_v3", "longform_higgs_v3", "model_sources_higgs_v3",
+    "conversion.folders": set(),
+    "conversion.export": {
+        "codec_higgs_v3", "configuration_higgs_v3", "conversion.repo", "conversion.original_format",
+        "conversion.folders", "processing_higgs_v3",
+    },
+    "cli.models": {
+        "configuration_higgs_v3", "convert_checkpoint", "conversion.repo", "modeling_higgs_v3",
+        "conversion.original_format", "processing_higgs_v3",
+        "testing.tiny",  # only inside the tiny-random demo model's builder, see below
+    },
+    "cli.batch": {
+        "audio_io_higgs_v3", "chunking_higgs_v3", "longform_higgs_v3", "cli.models", "sampling_higgs_v3",
+    },
+    "cli.main": {
+        "audio_io_higgs_v3", "cli.batch", "chunking_higgs_v3", "convert_checkpoint", "delay_higgs_v3",
+        "training.finetune", "generation_higgs_v3", "longform_higgs_v3", "cli.models",
         "processing_higgs_v3", "sampling_higgs_v3",
-        "tiny_higgs_v3",  # only inside the demo command `make-tiny --original`, see below
+        "testing.tiny",  # only inside the demo command `make-tiny --original`, see below
     },
-    "finetune_higgs_v3": {
-        "audio_io_higgs_v3", "converted_repo_higgs_v3", "generation_higgs_v3", "model_sources_higgs_v3",
-        "modeling_higgs_v3", "output_folders_higgs_v3",
+    "training.finetune": {
+        "audio_io_higgs_v3", "conversion.repo", "generation_higgs_v3", "cli.models",
+        "modeling_higgs_v3", "conversion.folders",
     },
     # The test fixtures import the product, never the other way round.
-    "tiny_higgs_v3": {
-        "codec_higgs_v3", "configuration_higgs_v3", "convert_checkpoint", "converted_repo_higgs_v3",
-        "generation_higgs_v3", "modeling_higgs_v3", "original_format_higgs_v3", "processing_higgs_v3",
+    "testing.tiny": {
+        "codec_higgs_v3", "configuration_higgs_v3", "convert_checkpoint", "conversion.repo",
+        "generation_higgs_v3", "modeling_higgs_v3", "conversion.original_format", "processing_higgs_v3",
     },
 }
 # The remote code of a converted Hub repo: the modules `auto_map` names and everything they import.
@@ -83,36 +84,59 @@ REMOTE_CODE = {
     "compat_higgs_v3", "delay_higgs_v3", "generation_higgs_v3", "sampling_higgs_v3", "streaming_higgs_v3",
     "longform_higgs_v3", "chunking_higgs_v3",
 }
+SUBPACKAGES = ("cli", "conversion", "testing", "training")  # installed package only; never copied to a Hub repo
+FIXTURES = "testing.tiny"
+
+
+def module_path(module: str) -> Path:
+    return ROOT / (module.replace(".", "/") + ".py")
 
 
 def package_modules() -> list[str]:
-    return sorted(p.stem for p in ROOT.glob("*.py") if p.stem != "__init__")
+    """Every module of the package but the `__init__`s: the flat ones at the root, and those of the sub-packages."""
+    flat = [p.stem for p in ROOT.glob("*.py") if p.stem != "__init__"]
+    nested = [f"{p.parent.name}.{p.stem}" for package in SUBPACKAGES for p in (ROOT / package).glob("*.py")
+              if p.stem not in ("__init__", "__main__")]
+    return sorted(flat + nested)
 
 
 @functools.lru_cache(maxsize=None)
 def parsed(module: str) -> ast.Module:
     """`module`'s syntax tree, parsed once per run (the tests only read it; ~70 of them ask)."""
-    return ast.parse((ROOT / f"{module}.py").read_text(encoding="utf-8"))
+    return ast.parse(module_path(module).read_text(encoding="utf-8"))
+
+
+def _resolve(module: str, node: ast.ImportFrom) -> list[str]:
+    """The package modules a relative import in `module` names (dotted, from the package root)."""
+    package = module.split(".")[:-1]
+    base = package[: len(package) - (node.level - 1)] if node.level > 1 else package
+    if node.module:
+        return [".".join([*base, *node.module.split(".")])]
+    return [".".join([*base, alias.name]) for alias in node.names]
+
+
+def _known(name: str) -> str:
+    """`name` cut to a module of the package (an import of `cli.main.main` names the module `cli.main`)."""
+    while name and not module_path(name).is_file():
+        name = name.rpartition(".")[0]
+    return name
 
 
 def relative_imports(module: str) -> dict[str, list[int]]:
-    """`{imported module: [line, ...]}` for every `from .x import ...` / `from . import x` in `module`."""
-    tree = parsed(module)
+    """`{imported module: [line, ...]}` for every relative import in `module` (anywhere in the file)."""
     found: dict[str, list[int]] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
-            names = [node.module] if node.module else [alias.name for alias in node.names]
-            for name in names:
-                found.setdefault(name.split(".")[0], []).append(node.lineno)
+    for node in ast.walk(parsed(module)):
+        if isinstance(node, ast.ImportFrom) and node.level >= 1:
+            for name in _resolve(module, node):
+                found.setdefault(_known(name) or name, []).append(node.lineno)
     return found
 
 
 def module_level_imports(module: str) -> set[str]:
-    tree = parsed(module)
     found = set()
-    for node in tree.body:
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
-            found.update([node.module] if node.module else [alias.name for alias in node.names])
+    for node in parsed(module).body:
+        if isinstance(node, ast.ImportFrom) and node.level >= 1:
+            found.update(_known(name) or name for name in _resolve(module, node))
     return found
 
 
@@ -146,15 +170,15 @@ def test_no_import_circle():
 
 
 def test_fixtures_are_imported_by_the_demo_commands_only():
-    """`tiny_higgs_v3` (test fixtures) is imported by no product module, except lazily inside the command line's demo
-    commands (`make-tiny`, and the `tiny-random` model that `model_sources_higgs_v3` builds)."""
-    demo = ("cli_higgs_v3", "model_sources_higgs_v3")
+    """`testing.tiny` (test fixtures) is imported by no product module, except lazily inside the command line's demo
+    commands (`make-tiny`, and the `tiny-random` model that `cli.models` builds)."""
+    demo = ("cli.main", "cli.models")
     for module in MAY_IMPORT:
-        if module == "tiny_higgs_v3" or module in demo:
+        if module == FIXTURES or module in demo:
             continue
-        assert "tiny_higgs_v3" not in relative_imports(module), module
+        assert FIXTURES not in relative_imports(module), module
     for module in demo:
-        assert "tiny_higgs_v3" not in module_level_imports(module), module
+        assert FIXTURES not in module_level_imports(module), module
 
 
 def test_remote_code_is_closed_and_its_entry_modules_import_their_chain_directly():
@@ -179,7 +203,8 @@ def test_remote_code_is_closed_and_its_entry_modules_import_their_chain_directly
 def test_the_architecture_doc_lists_every_module():
     doc = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
     for module in package_modules():
-        assert re.search(rf"`{module}(\.py)?`", doc), f"docs/ARCHITECTURE.md does not describe {module}"
+        name = module.replace(".", "/")
+        assert re.search(rf"`{re.escape(name)}(\.py)?`", doc), f"docs/ARCHITECTURE.md does not describe {name}"
 
 
 @pytest.mark.integration
@@ -190,13 +215,13 @@ def test_each_shipped_module_imports_alone_in_a_fresh_process():
         "import importlib, sys\n"
         "module = sys.argv[1]\n"
         "importlib.import_module('higgs_v3.' + module)\n"
-        "print(' '.join(sorted(m.split('.')[-1] for m in sys.modules if m.startswith('higgs_v3.'))))\n"
+        "print(' '.join(sorted(m[len('higgs_v3.'):] for m in sys.modules if m.startswith('higgs_v3.'))))\n"
     )
     for module in sorted(MAY_IMPORT):
         done = subprocess.run([sys.executable, "-c", script, module], capture_output=True, text=True, cwd=ROOT.parent)
         assert done.returncode == 0, f"{module}: {done.stderr[-2000:]}"
         loaded = set(done.stdout.split()) - {module}
-        if module != "tiny_higgs_v3":
-            assert "tiny_higgs_v3" not in loaded, module
+        if module != FIXTURES:
+            assert FIXTURES not in loaded, module
         if module in REMOTE_CODE:
             assert loaded <= REMOTE_CODE, f"{module} loads {sorted(loaded - REMOTE_CODE)}"

@@ -1,4 +1,4 @@
-"""`higgs-v3 batch` (`batch_higgs_v3`): the manifest's checks with their exact errors (unit layer); in the integration
+"""`higgs-v3 batch` (`batch_cli`): the manifest's checks with their exact errors (unit layer); in the integration
 layer, a one-process run (every item written, a record and results.jsonl that say what was made, a rerun that skips
 everything), and a two-process `accelerate launch` killed mid-way whose rerun finishes it without redoing an item, the
 audio of every item identical to the one-process run (one launch: it is the expensive part)."""
@@ -23,9 +23,11 @@ import psutil
 import pytest
 import soundfile
 
-from higgs_v3 import audio_io_higgs_v3, batch_higgs_v3
-from higgs_v3.batch_higgs_v3 import RECORDS_DIR, RESULTS_FILE, assign_default_seeds, read_manifest, run_batch
-from higgs_v3.cli_higgs_v3 import main as cli_main
+from higgs_v3 import audio_io_higgs_v3
+
+from higgs_v3.cli import batch as batch_cli
+from higgs_v3.cli.batch import RECORDS_DIR, RESULTS_FILE, assign_default_seeds, read_manifest, run_batch
+from higgs_v3.cli.main import main as cli_main
 from higgs_v3.longform_higgs_v3 import speech_jobs
 from higgs_v3.processing_higgs_v3 import HiggsAudioV3Processor
 
@@ -162,7 +164,7 @@ def test_default_seeds_avoid_every_other_chunks_seed_and_are_stable(tmp_path, to
         100, 102, 3, 103, 5, 105, 106]
     # run_batch speaks the items with the resolved seeds.
     spoken = []
-    monkeypatch.setattr(batch_higgs_v3, "_speak_group", lambda model, processor, group, **kwargs: spoken.extend(
+    monkeypatch.setattr(batch_cli, "_speak_group", lambda model, processor, group, **kwargs: spoken.extend(
         (i.output, i.seed) for i in group) or [])
     run_batch(_Unreachable(), processor, items, tmp_path / "out", max_chars=20, progress=False)
     assert spoken == [("a.wav", 0), ("b.wav", 2), ("c.wav", 3), ("d.wav", 4), ("e.wav", 5), ("f.wav", 7), ("g.wav", 8)]
@@ -188,9 +190,9 @@ def test_an_item_is_written_once_each_file_through_atomic_output(tmp_path, monke
 
     monkeypatch.setattr(audio_io_higgs_v3, "atomic_output", spying)
     (tmp_path / RECORDS_DIR).mkdir()
-    item = batch_higgs_v3.BatchItem(3, "Hi.", "a.wav", 9, None, None, None)
+    item = batch_cli.BatchItem(3, "Hi.", "a.wav", 9, None, None, None)
     chunks = [SimpleNamespace(finished=True, seed=9)]
-    duration = batch_higgs_v3._write_item(tmp_path, item, np.zeros(2400, dtype=np.float32), chunks, 24000, 0)
+    duration = batch_cli._write_item(tmp_path, item, np.zeros(2400, dtype=np.float32), chunks, 24000, 0)
     assert duration == 0.1
     assert written == ["a.wav", f"{RECORDS_DIR}/a.wav.json"]
     assert soundfile.info(str(tmp_path / "a.wav")).frames == 2400
@@ -258,7 +260,7 @@ def test_two_processes_killed_mid_way_then_resumed_give_the_one_process_audio(on
            "OMP_NUM_THREADS": "1"}
     launch = subprocess.Popen(
         [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", "2",
-         "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "higgs_v3.cli_higgs_v3",
+         "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "-m", "higgs_v3.cli",
          "batch", str(manifest), "--out-dir", str(out_dir), *OPTIONS, "--no-progress"],
         env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
     )

@@ -28,11 +28,11 @@ import soundfile
 import torch
 from safetensors import safe_open
 
-from higgs_v3 import cli_higgs_v3
+from higgs_v3.cli import main as cli_main
 from higgs_v3.audio_io_higgs_v3 import HiggsAudioV3Voice
 from higgs_v3.chunking_higgs_v3 import split_text
-from higgs_v3.cli_higgs_v3 import SpeakRequest, build_parser, main
-from higgs_v3.model_sources_higgs_v3 import TINY_RANDOM_MAX_SECONDS, ensure_tiny_random, tiny_random_dir
+from higgs_v3.cli.main import SpeakRequest, build_parser, main
+from higgs_v3.cli.models import TINY_RANDOM_MAX_SECONDS, ensure_tiny_random, tiny_random_dir
 
 
 SR, SPF = 24000, 960
@@ -55,8 +55,8 @@ def cache(tmp_path_factory):
     patch.setenv("HIGGS_V3_CACHE", str(directory))
     patch.delenv("HIGGS_V3_TINY_RANDOM", raising=False)
     patch.delenv("HIGGS_V3_MODEL", raising=False)
-    patch.setattr(cli_higgs_v3, "load_processor", load_once(cli_higgs_v3.load_processor))
-    patch.setattr(cli_higgs_v3, "load_model", load_once(cli_higgs_v3.load_model))
+    patch.setattr(cli_main, "load_processor", load_once(cli_main.load_processor))
+    patch.setattr(cli_main, "load_model", load_once(cli_main.load_model))
     ensure_tiny_random()
     yield directory
     patch.undo()
@@ -450,7 +450,7 @@ def test_voice_specs_split_path_and_transcript(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for name in ("a.wav", "odd:name.wav", "v.safetensors"):
         (tmp_path / name).write_bytes(b"x")
-    voices = cli_higgs_v3._parse_dialogue_voices(
+    voices = cli_main._parse_dialogue_voices(
         ["Ann=a.wav:Hi: I am Ann.", "Bob=v.safetensors", "Cy=odd:name.wav", "Di=odd:name.wav:Yes."]
     )
     assert voices == {
@@ -459,10 +459,10 @@ def test_voice_specs_split_path_and_transcript(tmp_path, monkeypatch):
         "Cy": ("odd:name.wav", None),
         "Di": ("odd:name.wav", "Yes."),
     }
-    with pytest.raises(cli_higgs_v3.CliError, match=re.escape("--voice gives speaker 'Ann' twice.")):
-        cli_higgs_v3._parse_dialogue_voices(["Ann=a.wav", "Ann=v.safetensors"])
-    with pytest.raises(cli_higgs_v3.CliError, match=re.escape("--voice 'Ann=': with --dialogue each voice is")):
-        cli_higgs_v3._parse_dialogue_voices(["Ann="])
+    with pytest.raises(cli_main.CliError, match=re.escape("--voice gives speaker 'Ann' twice.")):
+        cli_main._parse_dialogue_voices(["Ann=a.wav", "Ann=v.safetensors"])
+    with pytest.raises(cli_main.CliError, match=re.escape("--voice 'Ann=': with --dialogue each voice is")):
+        cli_main._parse_dialogue_voices(["Ann="])
 
 
 def test_convert_help_names_the_command(capsys):
@@ -479,11 +479,11 @@ def test_convert_keeps_the_converter_exit_codes(monkeypatch, code, expected):
     from higgs_v3 import convert_checkpoint
 
     monkeypatch.setattr(convert_checkpoint, "main", lambda argv, prog: code)
-    assert cli_higgs_v3.cmd_convert(["--input", "x", "--output", "y"]) == expected
+    assert cli_main.cmd_convert(["--input", "x", "--output", "y"]) == expected
 
 
 # ----------------------------------------------------------------------------------------- the README's commands
-README = Path(cli_higgs_v3.__file__).with_name("README.md")
+README = Path(__file__).resolve().parents[1] / "README.md"
 
 
 def readme_commands(converted: str = "tiny-random") -> list[list[str]]:
@@ -551,13 +551,13 @@ def test_an_unreachable_hub_gives_one_line_quickly(in_process, monkeypatch):
     import huggingface_hub
     import huggingface_hub.constants
 
-    from higgs_v3 import converted_repo_higgs_v3
+    from higgs_v3.conversion import repo as repo_files
 
     probes = []
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     for key in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
         monkeypatch.delenv(key, raising=False)
-    monkeypatch.setattr(converted_repo_higgs_v3, "_can_connect", lambda *args: probes.append(args) or False)
+    monkeypatch.setattr(repo_files, "_can_connect", lambda *args: probes.append(args) or False)
     downloads, download = [], huggingface_hub.hf_hub_download
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda *a, **k: downloads.append(k) or download(*a, **k))
     began = time.perf_counter()

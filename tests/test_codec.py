@@ -17,7 +17,7 @@ from transformers import HiggsAudioV2TokenizerConfig
 from conftest import tiny_config
 from higgs_v3.codec_higgs_v3 import HiggsAudioV3Codec, build_codec_config, resample_audio
 from higgs_v3.configuration_higgs_v3 import REAL_CODEC_CONFIG
-from higgs_v3.tiny_higgs_v3 import codec_state_dict_names, tiny_codec_config
+from higgs_v3.testing.tiny import codec_state_dict_names, tiny_codec_config
 
 
 REFERENCE = Path(__file__).resolve().parent / "reference"  # verbatim copy of the spec's reference/ files

@@ -25,10 +25,10 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoModel, AutoProcessor, GenerationConfig
 
 import higgs_v3.convert_checkpoint as cc
-import higgs_v3.original_format_higgs_v3 as original_format
-import higgs_v3.verification_higgs_v3 as verification
+import higgs_v3.conversion.original_format as original_format
+import higgs_v3.conversion.verification as verification
 from higgs_v3.configuration_higgs_v3 import REAL_CODEC_CONFIG, HiggsAudioV3Config
-from higgs_v3.converted_repo_higgs_v3 import (
+from higgs_v3.conversion.repo import (
     check_output_folder,
     push_folder_to_hub,
     remote_code_files,
@@ -39,9 +39,9 @@ from higgs_v3.convert_checkpoint import ConversionError, convert, main
 from higgs_v3.delay_higgs_v3 import apply_delay_pattern
 from higgs_v3.generation_higgs_v3 import MAX_NEW_TOKENS, default_generation_config
 from higgs_v3.modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
-from higgs_v3.original_format_higgs_v3 import original_config, original_lm_shapes, read_original
+from higgs_v3.conversion.original_format import original_config, original_lm_shapes, read_original
 from higgs_v3.processing_higgs_v3 import TTS_CHAT_TEMPLATE, HiggsAudioV3Processor
-from higgs_v3.tiny_higgs_v3 import tiny_codec_config, write_codec_config_file, write_tiny_original_checkpoint
+from higgs_v3.testing.tiny import tiny_codec_config, write_codec_config_file, write_tiny_original_checkpoint
 
 
 CODEC_PREFIX = "tied.embedding.modality_embeddings.0.model."
@@ -109,7 +109,7 @@ def _hub_online(patch: pytest.MonkeyPatch, calls: list, token: str | None = "hf_
     import huggingface_hub
     import huggingface_hub.constants
 
-    import higgs_v3.converted_repo_higgs_v3 as converted_repo
+    import higgs_v3.conversion.repo as converted_repo
 
     patch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     for key in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
@@ -355,20 +355,20 @@ def test_script_entry_point(original, tmp_path):
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("module", ["original_format_higgs_v3", "convert_checkpoint", "verification_higgs_v3",
-                                    "converted_repo_higgs_v3"])
+@pytest.mark.parametrize("module", ["conversion.original_format", "convert_checkpoint", "conversion.verification",
+                                    "conversion.repo"])
 def test_converter_modules_do_not_import_the_fixtures(module, original, tmp_path):
     """Imported alone in a fresh process, a converter module pulls in no test fixture; converting does not either.
     The format module imports no torch (the command line reads `ORIGINAL_MODEL_TYPE` from it)."""
     script = (
         f"import sys, higgs_v3.{module} as m\n"
-        "assert 'higgs_v3.tiny_higgs_v3' not in sys.modules, 'imported the fixtures'\n"
-        "if m.__name__.endswith('original_format_higgs_v3'):\n"
+        "assert 'higgs_v3.testing.tiny' not in sys.modules, 'imported the fixtures'\n"
+        "if m.__name__.endswith('original_format'):\n"
         "    assert 'torch' not in sys.modules and 'higgs_v3.convert_checkpoint' not in sys.modules\n"
         "    m.read_original(sys.argv[1])\n"
         "if m.__name__.endswith('convert_checkpoint'):\n"
         "    m.convert(sys.argv[1], sys.argv[2], verify=False)\n"
-        "assert 'higgs_v3.tiny_higgs_v3' not in sys.modules, 'imported the fixtures at run time'\n"
+        "assert 'higgs_v3.testing.tiny' not in sys.modules, 'imported the fixtures at run time'\n"
     )
     done = subprocess.run([sys.executable, "-c", script, str(original), str(tmp_path / "out")],
                           capture_output=True, text=True)
@@ -927,7 +927,7 @@ def test_push_to_hub_uploads_the_folder_in_one_commit(pushed):
 def test_push_to_hub_checks_the_hub_and_the_login_before_converting(original, tmp_path, monkeypatch, capsys, case):
     import huggingface_hub.constants
 
-    import higgs_v3.converted_repo_higgs_v3 as converted_repo
+    import higgs_v3.conversion.repo as converted_repo
 
     calls = []
     _hub_online(monkeypatch, calls, token=None if case == "no login" else "hf_token",
@@ -973,7 +973,7 @@ def test_a_failed_upload_prints_the_summary_and_how_to_upload_later(original, co
     assert err == (  # the upload is not a user fault: exit 1
         f"convert_checkpoint.py: error: The upload to {REPO_ID} failed (Connection reset by peer). The converted folder {str(output)!r} is "
         f"complete; upload it later with `hf upload {REPO_ID} {output} .` or, in Python, "
-        f"higgs_v3.converted_repo_higgs_v3.push_folder_to_hub({str(output)!r}, {REPO_ID!r}).\n"
+        f"higgs_v3.conversion.repo.push_folder_to_hub({str(output)!r}, {REPO_ID!r}).\n"
     )
     check_output_folder(output)  # complete, as the message says
     with pytest.raises(cc.PushError) as error:

@@ -1,4 +1,4 @@
-"""The export back to the original layout (`export_higgs_v3`, `convert_checkpoint --to-original`): the inverse name
+"""The export back to the original layout (`export`, `convert_checkpoint --to-original`): the inverse name
 table against the real checkpoint's tensor list, original -> converted -> original bit for bit (names, shapes, dtypes,
 values, config, tokenizer and codec config files), a fine-tuned model saved with `save_pretrained` exported and
 converted again with identical logits, untied heads, and every refusal with its exact error. The exports beyond the
@@ -22,15 +22,15 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from transformers import AutoProcessor
 
-from higgs_v3 import export_higgs_v3
+from higgs_v3.conversion import export
 from higgs_v3.convert_checkpoint import convert, main
-from higgs_v3.converted_repo_higgs_v3 import ORIGINAL_CHAT_TEMPLATE_FILE
-from higgs_v3.export_higgs_v3 import export_to_original, original_name
+from higgs_v3.conversion.repo import ORIGINAL_CHAT_TEMPLATE_FILE
+from higgs_v3.conversion.export import export_to_original, original_name
 from higgs_v3.modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
-from higgs_v3.original_format_higgs_v3 import TOKENIZER_CONFIG, ConversionError, read_codec_config_file
-from higgs_v3.output_folders_higgs_v3 import OWNER_FILE
+from higgs_v3.conversion.original_format import TOKENIZER_CONFIG, ConversionError, read_codec_config_file
+from higgs_v3.conversion.folders import OWNER_FILE
 from higgs_v3.processing_higgs_v3 import TTS_CHAT_TEMPLATE
-from higgs_v3.tiny_higgs_v3 import write_tiny_original_checkpoint
+from higgs_v3.testing.tiny import write_tiny_original_checkpoint
 
 
 REFERENCE = Path(__file__).resolve().parent / "reference"  # the real checkpoint's metadata, verbatim
@@ -188,13 +188,13 @@ def test_the_export_stages_claims_and_cleans_like_the_converter(converted, tmp_p
     assert "restored out from out_replaced_9999 (an export was killed while replacing it)" in caplog.text
     assert "removed out_exporting_aa11, left by an export that did not finish" in caplog.text
     seen = []
-    verify = export_higgs_v3._verify
+    verify = export._verify
 
     def spying_verify(planned, dtype, staging):
         seen.append((staging.name, json.loads((staging / OWNER_FILE).read_text())))
         return verify(planned, dtype, staging)
 
-    monkeypatch.setattr(export_higgs_v3, "_verify", spying_verify)
+    monkeypatch.setattr(export, "_verify", spying_verify)
     export_to_original(converted, output, overwrite=True)
     [(name, owner)] = seen
     assert name.startswith("out_exporting_") and len(name) == len("out_exporting_") + 8
@@ -247,11 +247,12 @@ def test_untied_heads_come_back_under_their_names(tmp_path):
 
 # ------------------------------------------------------------------------------------------------------ refusals
 def test_the_converter_and_the_export_share_one_dtype_table(tmp_path):
-    """`--dtype` has one table for both directions (`converted_repo_higgs_v3.WEIGHT_DTYPES`) and one refusal."""
-    from higgs_v3 import convert_checkpoint, converted_repo_higgs_v3
+    """`--dtype` has one table for both directions (`repo_files.WEIGHT_DTYPES`) and one refusal."""
+    from higgs_v3 import convert_checkpoint
+    from higgs_v3.conversion import repo as repo_files
 
-    assert convert_checkpoint.DTYPES is export_higgs_v3.EXPORT_DTYPES is converted_repo_higgs_v3.WEIGHT_DTYPES
-    assert converted_repo_higgs_v3.WEIGHT_DTYPES == {"bfloat16": torch.bfloat16, "float16": torch.float16,
+    assert convert_checkpoint.DTYPES is export.EXPORT_DTYPES is repo_files.WEIGHT_DTYPES
+    assert repo_files.WEIGHT_DTYPES == {"bfloat16": torch.bfloat16, "float16": torch.float16,
                                                      "float32": torch.float32}
     message = "dtype 'int8' is not supported; use one of bfloat16, float16, float32."
     for call in (lambda: export_to_original(tmp_path / "in", tmp_path / "out", dtype="int8"),

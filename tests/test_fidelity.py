@@ -14,7 +14,7 @@ from transformers import GenerationMixin, pipeline
 
 from conftest import tiny_model
 from higgs_v3 import HiggsAudioV3ForConditionalGeneration, HiggsAudioV3Processor, generation_higgs_v3
-from higgs_v3.cli_higgs_v3 import main
+from higgs_v3.cli.main import main
 from higgs_v3.generation_higgs_v3 import MAX_POSITIONS, default_generation_config
 from higgs_v3.sampling_higgs_v3 import HiggsAudioV3SeededSampler, counter_uniform
 

@@ -15,7 +15,7 @@ from transformers import LogitsProcessor
 
 from conftest import tiny_model
 from higgs_v3.audio_io_higgs_v3 import HiggsAudioV3Voice
-from higgs_v3.finetune_higgs_v3 import (
+from higgs_v3.training.finetune import (
     HiggsAudioV3DataCollator,
     load_speech_items,
     prepare_examples,
@@ -203,7 +203,7 @@ def test_bad_items_name_the_item_or_are_counted(tmp_path, processor, caplog):
     write_wav(folder / "notext.wav", 0.5)
     with pytest.raises(ValueError, match=r"notext: .*notext.wav. has no transcript \(.*notext.txt. is missing\)"):
         load_speech_items(folder)
-    with caplog.at_level(logging.WARNING, logger="higgs_v3.finetune_higgs_v3"):
+    with caplog.at_level(logging.WARNING, logger="higgs_v3.training.finetune"):
         items = load_speech_items(folder, skip_invalid=True)
     assert [i.name for i in items] == ["good"]
     assert "Skipped 1 of 2 items" in caplog.text
@@ -220,7 +220,7 @@ def test_bad_items_name_the_item_or_are_counted(tmp_path, processor, caplog):
 # ---------------------------------------------------------------------------------------------- examples from audio
 @pytest.fixture(scope="module")
 def codec_model():
-    from higgs_v3.tiny_higgs_v3 import tiny_codec_config
+    from higgs_v3.testing.tiny import tiny_codec_config
 
     return tiny_model(codec_config=tiny_codec_config())
 
@@ -272,7 +272,7 @@ def test_a_too_long_target_clip_gets_a_targets_advice(tmp_path, codec_model):
 def test_dataset_with_audio_column(processor, codec_model, tmp_path):
     from datasets import Audio, Dataset
 
-    from higgs_v3.finetune_higgs_v3 import items_from_dataset
+    from higgs_v3.training.finetune import items_from_dataset
 
     path = write_wav(tmp_path / "a.wav", 0.5)
     dataset = Dataset.from_dict({"audio": [str(path)], "sentence": ["Words."]}).cast_column("audio", Audio())
@@ -286,7 +286,7 @@ def test_dataset_with_audio_column(processor, codec_model, tmp_path):
 
 
 def test_bad_clips_name_the_item(tmp_path, processor, codec_model, caplog):
-    from higgs_v3.finetune_higgs_v3 import SpeechItem
+    from higgs_v3.training.finetune import SpeechItem
 
     (tmp_path / "broken.wav").write_bytes(b"not audio at all")
     items = [
@@ -305,7 +305,7 @@ def test_bad_clips_name_the_item(tmp_path, processor, codec_model, caplog):
     for item in items[:4]:
         with pytest.raises(ValueError, match=expected[item.name]):
             prepare_examples(codec_model, processor, [item], max_seconds=2.0)
-    with caplog.at_level(logging.WARNING, logger="higgs_v3.finetune_higgs_v3"):
+    with caplog.at_level(logging.WARNING, logger="higgs_v3.training.finetune"):
         dataset = prepare_examples(codec_model, processor, items, max_seconds=2.0, skip_invalid=True)
     assert dataset.names == ["good"]
     assert "Skipped 4 of 5 items: short: " in caplog.text and "broken: could not read" in caplog.text
@@ -316,7 +316,7 @@ def test_memory_estimate_counts_match_the_models():
     PEFT's, at two widths."""
     from peft import get_peft_model
 
-    from higgs_v3.finetune_higgs_v3 import backbone_parameter_count, estimate_lora_memory, lora_config, lora_parameter_count
+    from higgs_v3.training.finetune import backbone_parameter_count, estimate_lora_memory, lora_config, lora_parameter_count
 
     for overrides in ({}, {"hidden_size": 64, "head_dim": 8, "num_attention_heads": 8, "intermediate_size": 96}):
         model = tiny_model(**overrides)
@@ -336,7 +336,7 @@ def test_codec_stays_frozen_through_save_and_from_pretrained(tmp_path, processor
     from transformers import AutoModel
 
     from higgs_v3 import HiggsAudioV3ForConditionalGeneration
-    from higgs_v3.finetune_higgs_v3 import save_full_repo
+    from higgs_v3.training.finetune import save_full_repo
 
     assert not any(p.requires_grad for p in codec_model.codec.parameters())
     folder = save_full_repo(codec_model, processor, tmp_path / "saved")
@@ -354,7 +354,7 @@ def test_codec_stays_frozen_through_save_and_from_pretrained(tmp_path, processor
 def test_codes_cache_writes_atomically_and_re_encodes_a_damaged_entry(tmp_path, caplog, monkeypatch):
     import safetensors.torch
 
-    from higgs_v3.finetune_higgs_v3 import HiggsAudioV3CodesCache
+    from higgs_v3.training.finetune import HiggsAudioV3CodesCache
 
     cache, codes, calls = HiggsAudioV3CodesCache(tmp_path / "cache"), random_codes(5, 7), []
 
@@ -380,7 +380,7 @@ def test_codes_cache_writes_atomically_and_re_encodes_a_damaged_entry(tmp_path, 
     assert torch.equal(cache.codes("k", encode), codes) and (cache.encoded, cache.hits, len(calls)) == (2, 1, 2)
 
     entry.write_bytes(entry.read_bytes()[:20])  # truncated by an older run killed while writing
-    with caplog.at_level(logging.WARNING, logger="higgs_v3.finetune_higgs_v3"):
+    with caplog.at_level(logging.WARNING, logger="higgs_v3.training.finetune"):
         assert torch.equal(cache.codes("k", encode), codes)
     assert (cache.encoded, cache.hits) == (3, 1)
     assert f"The cached codes {str(entry)!r} cannot be read (" in caplog.text and "encoding the clip again" in caplog.text
@@ -392,8 +392,8 @@ def test_tuned_model_folder_is_written_whole_with_the_original_template(tmp_path
     """`save_full_repo(..., base=)` copies the base's original_chat_template.jinja and LICENSE / NOTICE files (so that
     `export --to-original` of a tuned model restores the original template); `_save_in_place` writes into a staging
     folder and swaps it in: a failed save leaves the previous folder untouched and no staging folder behind."""
-    from higgs_v3.converted_repo_higgs_v3 import ORIGINAL_CHAT_TEMPLATE_FILE
-    from higgs_v3.finetune_higgs_v3 import _save_in_place, save_full_repo
+    from higgs_v3.conversion.repo import ORIGINAL_CHAT_TEMPLATE_FILE
+    from higgs_v3.training.finetune import _save_in_place, save_full_repo
 
     base = tmp_path / "base"
     base.mkdir()
@@ -426,7 +426,7 @@ def test_tuned_model_folder_is_written_whole_with_the_original_template(tmp_path
 
 
 def test_finetune_out_of_memory_hint_names_finetune_options(monkeypatch, capsys, tmp_path):
-    from higgs_v3 import cli_higgs_v3
+    from higgs_v3.cli import main as cli_main
 
     class OutOfMemoryError(RuntimeError):  # torch.OutOfMemoryError is matched by name
         pass
@@ -434,8 +434,8 @@ def test_finetune_out_of_memory_hint_names_finetune_options(monkeypatch, capsys,
     def out_of_memory(args):
         raise OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
-    monkeypatch.setattr(cli_higgs_v3, "cmd_finetune", out_of_memory)
-    assert cli_higgs_v3.main(["finetune", "--data", str(tmp_path), "--output", str(tmp_path / "o")]) == 2
+    monkeypatch.setattr(cli_main, "cmd_finetune", out_of_memory)
+    assert cli_main.main(["finetune", "--data", str(tmp_path), "--output", str(tmp_path / "o")]) == 2
     assert capsys.readouterr().err == (
         "higgs-v3: error: out of memory (CUDA out of memory. Tried to allocate 2.00 GiB); try --batch-size 1, a "
         "smaller --max-seconds, --bf16, --gradient-checkpointing or --lora.\n"

@@ -14,8 +14,8 @@ from transformers import AutoModel, AutoTokenizer
 
 from conftest import tiny_model
 from higgs_v3 import HiggsAudioV3Processor
-from higgs_v3.finetune_higgs_v3 import HiggsAudioV3DataCollator, HiggsAudioV3SpeechDataset, lora_config, save_full_repo
-from higgs_v3.tiny_higgs_v3 import tiny_codec_config, write_tiny_tokenizer
+from higgs_v3.training.finetune import HiggsAudioV3DataCollator, HiggsAudioV3SpeechDataset, lora_config, save_full_repo
+from higgs_v3.testing.tiny import tiny_codec_config, write_tiny_tokenizer
 
 
 pytestmark = pytest.mark.integration
@@ -145,13 +145,17 @@ def test_finetune_command(tmp_path, monkeypatch, capsys):
     import numpy as np
     import soundfile
 
-    from higgs_v3 import HiggsAudioV3Config, cli_higgs_v3, converted_repo_higgs_v3
-    from higgs_v3.finetune_higgs_v3 import lora_parameter_count
-    from higgs_v3.model_sources_higgs_v3 import ensure_tiny_random
+    from higgs_v3 import HiggsAudioV3Config
+
+    from higgs_v3.cli import main as cli_main
+
+    from higgs_v3.conversion import repo as repo_files
+    from higgs_v3.training.finetune import lora_parameter_count
+    from higgs_v3.cli.models import ensure_tiny_random
 
     base = tmp_path / "base"  # the tiny random model, with what a converted original repo carries besides
     shutil.copytree(ensure_tiny_random(), base)
-    (base / converted_repo_higgs_v3.ORIGINAL_CHAT_TEMPLATE_FILE).write_text("{{ original }}", encoding="utf-8")
+    (base / repo_files.ORIGINAL_CHAT_TEMPLATE_FILE).write_text("{{ original }}", encoding="utf-8")
     (base / "LICENSE").write_text("license text", encoding="utf-8")
 
     data = tmp_path / "data"
@@ -161,12 +165,12 @@ def test_finetune_command(tmp_path, monkeypatch, capsys):
         soundfile.write(data / f"line{i}.wav", samples, 24000)
         (data / f"line{i}.txt").write_text(f"Line number {i}.", encoding="utf-8")
     pushed = []
-    monkeypatch.setattr(converted_repo_higgs_v3, "push_folder_to_hub",
+    monkeypatch.setattr(repo_files, "push_folder_to_hub",
                         lambda folder, repo_id, **kw: pushed.append((folder, repo_id)) or f"https://hub/{repo_id}")
     out = tmp_path / "out"
     common = ["finetune", "--data", str(data), "--model", str(base), "--output", str(out), "--lora",
               "--learning-rate", "1e-2", "--held-out", "0.34", "--save-steps", "2", "--device", "cpu"]
-    assert cli_higgs_v3.main([*common, "--max-steps", "4", "--epochs", "1", "--push-to-hub", "me/tuned"]) == 0
+    assert cli_main.main([*common, "--max-steps", "4", "--epochs", "1", "--push-to-hub", "me/tuned"]) == 0
     captured = capsys.readouterr()
     assert "2 training and 1 held-out examples (3 clips encoded, 0 from the cache)" in captured.err
     lora = lora_parameter_count(HiggsAudioV3Config.from_pretrained(base), rank=16)
@@ -180,17 +184,17 @@ def test_finetune_command(tmp_path, monkeypatch, capsys):
     config = json.loads((out / "model" / "config.json").read_text())
     assert config["auto_map"]["AutoModel"].endswith("HiggsAudioV3ForConditionalGeneration")
     assert (out / "model" / "processor_config.json").is_file() and (out / "model" / "tokenizer.json").is_file()
-    assert (out / "model" / converted_repo_higgs_v3.ORIGINAL_CHAT_TEMPLATE_FILE).read_text() == "{{ original }}"
+    assert (out / "model" / repo_files.ORIGINAL_CHAT_TEMPLATE_FILE).read_text() == "{{ original }}"
     assert (out / "model" / "LICENSE").read_text() == "license text"
     assert not [p.name for p in out.iterdir() if "_converting_" in p.name or "_replaced_" in p.name]
-    from higgs_v3.export_higgs_v3 import export_to_original
+    from higgs_v3.conversion.export import export_to_original
 
     export_to_original(out / "model", tmp_path / "exported")  # the tuned model in the original layout: its template
     assert (tmp_path / "exported" / "chat_template.jinja").read_text() == "{{ original }}"
     assert (tmp_path / "exported" / "LICENSE").read_text() == "license text"
 
     (data / "line9.wav").write_bytes((data / "line0.wav").read_bytes())  # no transcript
-    assert cli_higgs_v3.main([*common, "--output", str(tmp_path / "bad")]) == 2
+    assert cli_main.main([*common, "--output", str(tmp_path / "bad")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("higgs-v3: error: line9: ") and "has no transcript" in err and "\n" not in err
 
@@ -209,7 +213,7 @@ def test_finetune_command(tmp_path, monkeypatch, capsys):
             return f"https://hub/{repo_id}/commit"
 
     monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
-    assert cli_higgs_v3.main([*common, "--max-steps", "6", "--resume", "--skip-invalid", "--bf16",
+    assert cli_main.main([*common, "--max-steps", "6", "--resume", "--skip-invalid", "--bf16",
                               "--gradient-checkpointing", "--push-to-hub", "me/adapter", "--push-adapter",
                               "--sample-seconds", "0"]) == 0
     captured = capsys.readouterr()

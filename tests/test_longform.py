@@ -30,7 +30,7 @@ from higgs_v3.delay_higgs_v3 import HiggsAudioV3AudioSpec
 from higgs_v3.longform_higgs_v3 import SpeechProgress, resolve_voice, synthesize_dialogue, synthesize_long
 from higgs_v3.modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
 from higgs_v3.processing_higgs_v3 import HiggsAudioV3Processor
-from higgs_v3.tiny_higgs_v3 import tiny_config
+from higgs_v3.testing.tiny import tiny_config
 from oracles import BOC, EOC, NUM_CODEBOOKS, delayed_by_loop
 
 
@@ -601,7 +601,7 @@ def test_long_form_and_dialogue_from_the_hub_repo_alone(tmp_path):
     direct imports only)."""
     import site
 
-    from higgs_v3.tiny_higgs_v3 import make_tiny_random_model
+    from higgs_v3.testing.tiny import make_tiny_random_model
 
     repo = make_tiny_random_model(tmp_path / "repo")
     save_audio(torch.sin(torch.arange(SR) / 5.0) * 0.3, tmp_path / "me.wav", SR)

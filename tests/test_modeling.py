@@ -295,11 +295,11 @@ def test_the_codec_stays_float32_when_the_model_is_cast(tmp_path):
     """`model.to(torch.bfloat16)`, `half()` and `bfloat16()` cast the language model only: the codec keeps its float32
     weights bit for bit (never rounded through half precision), the module order and the head tying are kept, and the
     cast model still makes float32 audio. The command line's `--dtype auto` is float32 on a CPU."""
-    from higgs_v3 import tiny_higgs_v3
-    from higgs_v3.model_sources_higgs_v3 import auto_dtype, load_model
+    from higgs_v3.testing import tiny
+    from higgs_v3.cli.models import auto_dtype, load_model
 
     torch.manual_seed(0)
-    model = HiggsAudioV3ForConditionalGeneration(tiny_higgs_v3.tiny_config()).eval()
+    model = HiggsAudioV3ForConditionalGeneration(tiny.tiny_config()).eval()
     names = list(model.state_dict())
     codec = {name: value.clone() for name, value in model.codec.state_dict().items()}
     for cast in (lambda m: m.to(torch.bfloat16), lambda m: m.half(), lambda m: m.bfloat16(),

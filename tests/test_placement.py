@@ -15,7 +15,9 @@ from accelerate import infer_auto_device_map
 from accelerate.hooks import attach_align_device_hook
 from accelerate.utils import compute_module_sizes
 
-from higgs_v3 import HiggsAudioV3ForConditionalGeneration, tiny_higgs_v3
+from higgs_v3 import HiggsAudioV3ForConditionalGeneration
+
+from higgs_v3.testing import tiny
 
 from conftest import tiny_model
 
@@ -27,8 +29,8 @@ ROWS = 14
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     """The tiny model with the tiny codec (random codebooks), saved; its greedy output and a streamed run."""
-    model = tiny_model(codec_config=tiny_higgs_v3.tiny_codec_config())
-    tiny_higgs_v3.randomize_codebooks(model.codec)
+    model = tiny_model(codec_config=tiny.tiny_codec_config())
+    tiny.randomize_codebooks(model.codec)
     folder = tmp_path_factory.mktemp("placement") / "tiny"
     model.save_pretrained(folder)
     ids = torch.tensor(PROMPT)

@@ -617,7 +617,7 @@ def test_chat_template_saved_loaded_and_chatml_replaced(tokenizer, tmp_path, cap
     assert (tmp_path / "repo" / "chat_template.jinja").read_text() == processing_higgs_v3.TTS_CHAT_TEMPLATE
     loaded = HiggsAudioV3Processor.from_pretrained(tmp_path / "repo")
     assert loaded.apply_chat_template([_turn(_text("Hi."))]) == "<|tts|><|text|>Hi.<|audio|>"
-    from higgs_v3.tiny_higgs_v3 import CHAT_TEMPLATE as CHATML
+    from higgs_v3.testing.tiny import CHAT_TEMPLATE as CHATML
 
     with caplog.at_level("WARNING"):
         replaced = HiggsAudioV3Processor(tokenizer, chat_template=CHATML)

@@ -38,13 +38,13 @@ CHECK = textwrap.dedent(f"""
     import torch, torchao
     from torchao.quantization import Int8WeightOnlyConfig
     from transformers import TorchAoConfig
-    from higgs_v3 import tiny_higgs_v3
+    from higgs_v3.testing import tiny
     from higgs_v3.modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
 
     folder = sys.argv[1]
     torch.manual_seed(0)
-    model = HiggsAudioV3ForConditionalGeneration(tiny_higgs_v3.tiny_config(initializer_range=0.3)).eval()
-    tiny_higgs_v3.randomize_codebooks(model.codec)
+    model = HiggsAudioV3ForConditionalGeneration(tiny.tiny_config(initializer_range=0.3)).eval()
+    tiny.randomize_codebooks(model.codec)
     model.save_pretrained(folder)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -82,15 +82,15 @@ BNB_CHECK = textwrap.dedent(f"""
     import copy, sys, warnings
     import torch, bitsandbytes as bnb
     from transformers import BitsAndBytesConfig
-    from higgs_v3 import tiny_higgs_v3
+    from higgs_v3.testing import tiny
     from higgs_v3.modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
 
     folder = sys.argv[1]
     torch.manual_seed(0)
     # Widths of 64: bitsandbytes' CPU 4-bit kernel packs blocks of 64 input features (hidden 32 fails in it).
-    config = tiny_higgs_v3.tiny_config(initializer_range=0.3, hidden_size=64, head_dim=16, intermediate_size=128)
+    config = tiny.tiny_config(initializer_range=0.3, hidden_size=64, head_dim=16, intermediate_size=128)
     model = HiggsAudioV3ForConditionalGeneration(config).eval()
-    tiny_higgs_v3.randomize_codebooks(model.codec)
+    tiny.randomize_codebooks(model.codec)
     model.save_pretrained(folder)
     ids = torch.tensor([[151667, 151672, 9707, 11, 1879, 151670]])
     with torch.no_grad():

@@ -13,9 +13,9 @@ drift away from what runs. A command passes when it exits with 0 and writes the 
 
 Placeholders (`PLACEHOLDERS`, whole shell words or the text of Python string literals):
 - `path/to/converted-repo` and `MODEL` -> a tiny random model in the converted layout
-  (`tiny_higgs_v3.make_tiny_random_model`);
+  (`tiny.make_tiny_random_model`);
 - `bosonai/higgs-audio-v3-tts-4b` -> a tiny checkpoint in the ORIGINAL format
-  (`tiny_higgs_v3.write_tiny_original_checkpoint`), so that `convert_checkpoint.py`, `from_original` and the CLI's
+  (`tiny.write_tiny_original_checkpoint`), so that `convert_checkpoint.py`, `from_original` and the CLI's
   original-checkpoint path really run on the original layout;
 - the free Python names `repo` (the pipeline block uses the notebook's variable) and `MODEL` -> the tiny converted
   model (`PYTHON_NAMES`).
@@ -229,7 +229,7 @@ def scratch(tmp_path_factory):
     for `python convert_checkpoint.py`), the tiny models, and the environment every command runs with."""
     from higgs_v3.convert_checkpoint import converted_path
     from higgs_v3.modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
-    from higgs_v3.tiny_higgs_v3 import make_tiny_random_model, write_tiny_original_checkpoint
+    from higgs_v3.testing.tiny import make_tiny_random_model, write_tiny_original_checkpoint
 
     base = tmp_path_factory.mktemp("readme")
     work, models, hf_home = base / "work", base / "models", base / "hf_home"

@@ -34,7 +34,7 @@ from higgs_v3 import audio_io_higgs_v3
 from higgs_v3.codec_higgs_v3 import codec_num_frames
 from higgs_v3.configuration_higgs_v3 import REAL_CODEC_CONFIG
 from higgs_v3.processing_higgs_v3 import HiggsAudioV3BatchFeature, HiggsAudioV3Processor
-from higgs_v3.tiny_higgs_v3 import tiny_codec_config
+from higgs_v3.testing.tiny import tiny_codec_config
 
 
 C = 8
@@ -434,7 +434,7 @@ def test_clip_in_the_chat_template_through_remote_code(tmp_path):
     import site
 
     from higgs_v3 import HiggsAudioV3ForConditionalGeneration
-    from higgs_v3.tiny_higgs_v3 import make_tiny_random_model
+    from higgs_v3.testing.tiny import make_tiny_random_model
 
     from test_longform import WITHOUT_THE_PACKAGE
 

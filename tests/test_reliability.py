@@ -39,7 +39,11 @@ import soundfile
 import torch
 from safetensors.torch import save_file
 
-from higgs_v3 import cli_higgs_v3, convert_checkpoint, output_folders_higgs_v3
+from higgs_v3 import convert_checkpoint
+
+from higgs_v3.cli import main as cli_main
+
+from higgs_v3.conversion import folders
 from higgs_v3.audio_io_higgs_v3 import (
     MAX_REFERENCE_SECONDS,
     HiggsAudioV3Voice,
@@ -48,10 +52,10 @@ from higgs_v3.audio_io_higgs_v3 import (
 )
 from higgs_v3.chunking_higgs_v3 import DialogueLine
 from higgs_v3.longform_higgs_v3 import SpeechJob, dialogue_jobs, max_new_tokens_for
-from higgs_v3.original_format_higgs_v3 import ADDED_TOKENS
+from higgs_v3.conversion.original_format import ADDED_TOKENS
 from higgs_v3.processing_higgs_v3 import TAG_PATTERN, HiggsAudioV3Processor
 from higgs_v3.sampling_higgs_v3 import HiggsAudioV3SeededSampler
-from higgs_v3.tiny_higgs_v3 import write_tiny_original_checkpoint
+from higgs_v3.testing.tiny import write_tiny_original_checkpoint
 
 
 SR, C = 24000, 8
@@ -496,9 +500,9 @@ def user_folder(tmp_path, monkeypatch, processor):
     (tmp_path / "old.wav").write_bytes(audio_bytes("wav", seconds=0.3))
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "keep.txt").write_text("mine")
-    monkeypatch.setattr(cli_higgs_v3, "resolve_model", lambda name, log=None: tmp_path)
-    monkeypatch.setattr(cli_higgs_v3, "load_processor", lambda path: processor)
-    monkeypatch.setattr(cli_higgs_v3, "load_model", lambda *a: pytest.fail("the model was loaded before the refusal"))
+    monkeypatch.setattr(cli_main, "resolve_model", lambda name, log=None: tmp_path)
+    monkeypatch.setattr(cli_main, "load_processor", lambda path: processor)
+    monkeypatch.setattr(cli_main, "load_model", lambda *a: pytest.fail("the model was loaded before the refusal"))
     return tmp_path
 
 
@@ -611,13 +615,13 @@ CLI_CASES: dict[str, tuple] = {
 def test_command_line(case, user_folder, capsys):
     argv, fragment, *build = CLI_CASES[case]
     if case == "--model a missing folder":  # the real resolution, without the fixture's stand-in
-        from higgs_v3.model_sources_higgs_v3 import resolve_model
+        from higgs_v3.cli.models import resolve_model
 
-        cli_higgs_v3.resolve_model = resolve_model
+        cli_main.resolve_model = resolve_model
     if build:
         build[0](user_folder)
     with nothing_lost(user_folder):
-        code = cli_higgs_v3.main(argv)
+        code = cli_main.main(argv)
     err = capsys.readouterr().err
     assert code == 2, err
     assert_one_line(err, fragment)
@@ -754,7 +758,7 @@ MODEL_FOLDER_CASES: dict[str, tuple] = {
 
 @pytest.mark.parametrize("case", sorted(MODEL_FOLDER_CASES))
 def test_converted_model_folder(case, model_folder, tmp_path):
-    from higgs_v3.model_sources_higgs_v3 import load_model, load_processor
+    from higgs_v3.cli.models import load_model, load_processor
 
     name, damage, loader, error_type, fragment = MODEL_FOLDER_CASES[case]
     folder = tmp_path / "model"
@@ -847,14 +851,14 @@ def _cli_write_full(folder, monkeypatch, capsys):
     """The CLI's writing step on a full disk: exit 2 with one line, the old -o intact, no temporary file."""
     from higgs_v3.longform_higgs_v3 import ChunkResult, SpeechResult
 
-    args = cli_higgs_v3.build_parser().parse_args(["speak", "Hi", "-o", str(folder / "old.wav"), "-q"])
-    request = cli_higgs_v3.SpeakRequest.from_args(args)
+    args = cli_main.build_parser().parse_args(["speak", "Hi", "-o", str(folder / "old.wav"), "-q"])
+    request = cli_main.SpeakRequest.from_args(args)
     chunk = ChunkResult("Hi.", torch.zeros(2, C, dtype=torch.long), torch.zeros(1920), True, 0, 25)
     result = SpeechResult(torch.zeros(1920), SR, [chunk], 0.3, 0.1, 10)
     disk = DiskFull()
     monkeypatch.setattr(soundfile, "write", lambda path, *a, **k: disk.fail(path))
-    monkeypatch.setattr(cli_higgs_v3, "cmd_speak", lambda a: request.write(result) and 0)
-    code = cli_higgs_v3.main(["speak", "Hi", "-o", str(folder / "old.wav")])
+    monkeypatch.setattr(cli_main, "cmd_speak", lambda a: request.write(result) and 0)
+    code = cli_main.main(["speak", "Hi", "-o", str(folder / "old.wav")])
     err = capsys.readouterr().err
     assert code == 2 and disk.calls == 1
     assert_one_line(err, "higgs-v3: error: ", "No space left on device")
@@ -898,8 +902,8 @@ def _cli_probe_refuses(kind):
                                 lambda *a, **k: (_ for _ in ()).throw(soundfile.LibsndfileError(1, "Format not supported")))
             fragment = "a test write in its format fails"
         monkeypatch.chdir(folder)
-        monkeypatch.setattr(cli_higgs_v3, "load_model", lambda *a: pytest.fail("model loaded"))
-        code = cli_higgs_v3.main(["speak", "Hi", "-o", "old.wav"])
+        monkeypatch.setattr(cli_main, "load_model", lambda *a: pytest.fail("model loaded"))
+        code = cli_main.main(["speak", "Hi", "-o", "old.wav"])
         err = capsys.readouterr().err
         assert code == 2
         assert_one_line(err, fragment)
@@ -946,7 +950,7 @@ def _convert_full(stage):
                 convert_checkpoint.convert(original, output, overwrite=True, verify=False, without_codec=True)
             monkeypatch.setattr(os, "rename", rename)
             assert not output.exists()  # lost for the moment: the next run restores it
-            output_folders_higgs_v3.clean_stale_siblings(output)
+            folders.clean_stale_siblings(output)
         assert (output / "keep.txt").read_text() == "previous conversion"
         assert sorted(p.name for p in folder.iterdir()) == ["converted"]
     return run
@@ -1002,9 +1006,9 @@ def _leftover(folder: Path, name: str, owner: dict | None | str = None, age: flo
     path.mkdir()
     (path / "model.safetensors").write_bytes(b"x" * 1000)
     if isinstance(owner, dict):
-        (path / output_folders_higgs_v3.OWNER_FILE).write_text(json.dumps(owner))
+        (path / folders.OWNER_FILE).write_text(json.dumps(owner))
     elif isinstance(owner, str):
-        (path / output_folders_higgs_v3.OWNER_FILE).write_text(owner)
+        (path / folders.OWNER_FILE).write_text(owner)
     if age:
         os.utime(path, (time.time() - age, time.time() - age))
     return path
@@ -1048,14 +1052,14 @@ def test_conversion_leftovers(case, tmp_path):
     output.mkdir()
     (output / "state.txt").write_text("current")
     make(tmp_path, output)
-    output_folders_higgs_v3.clean_stale_siblings(output)
+    folders.clean_stale_siblings(output)
     assert sorted(p.name for p in tmp_path.iterdir()) == expected
     assert (output / "state.txt").read_text() == content
 
 
 def _damage_cache(kind):
     def damage(entry: Path):
-        marker = entry / output_folders_higgs_v3.COMPLETE_FILE
+        marker = entry / folders.COMPLETE_FILE
         if kind == "missing file":
             (entry / "model.safetensors").unlink()
         elif kind == "truncated file":
@@ -1098,7 +1102,7 @@ def test_damaged_cache_entry_is_reported_and_rebuilt(case, original, tmp_path, m
     assert len(calls) == 2
     warnings = [r.getMessage() for r in caplog.records if "is damaged" in r.getMessage()]
     assert len(warnings) == 1 and "\n" not in warnings[0] and str(entry) in warnings[0], caplog.text
-    assert output_folders_higgs_v3.check_complete(entry, checksums=True) is None
+    assert folders.check_complete(entry, checksums=True) is None
 
 
 def test_concurrent_conversions_into_one_cache_convert_once(original, tmp_path, monkeypatch):
@@ -1200,7 +1204,7 @@ def test_sigkill_mid_conversion_then_the_next_run_cleans_up(original, tmp_path):
             "--without-codec", "--no-verify"]
     process = subprocess.Popen(args, env=_environment(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     staging = lambda: [p for p in tmp_path.iterdir() if "_converting_" in p.name]  # noqa: E731
-    _wait_for(lambda: staging() and (staging()[0] / output_folders_higgs_v3.OWNER_FILE).exists(), process)
+    _wait_for(lambda: staging() and (staging()[0] / folders.OWNER_FILE).exists(), process)
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert (output / "keep.txt").read_text() == "previous"
@@ -1209,7 +1213,7 @@ def test_sigkill_mid_conversion_then_the_next_run_cleans_up(original, tmp_path):
         assert convert_checkpoint.main(args[2:]) == 0
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != "cache") == ["out"]
     assert (output / "config.json").is_file() and not (output / "keep.txt").exists()
-    assert not (output / output_folders_higgs_v3.OWNER_FILE).exists()
+    assert not (output / folders.OWNER_FILE).exists()
 
 
 @pytest.mark.integration

@@ -18,7 +18,7 @@ from safetensors import safe_open
 import higgs_v3.codec_higgs_v3 as codec_module
 from higgs_v3.audio_io_higgs_v3 import prepare_reference_waveform
 from higgs_v3.codec_higgs_v3 import build_codec_config, resample_audio, resample_kernel, resampled_length
-from higgs_v3.tiny_higgs_v3 import tiny_codec_config
+from higgs_v3.testing.tiny import tiny_codec_config
 
 from conftest import tiny_model
 from oracles import seeded_codec_state

@@ -16,9 +16,9 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from higgs_v3 import tiny_higgs_v3
+from higgs_v3.testing import tiny
 from higgs_v3.compat_higgs_v3 import REPLICATE_STYLE, tensor_parallel_kwargs
-from higgs_v3.converted_repo_higgs_v3 import save_processor_files
+from higgs_v3.conversion.repo import save_processor_files
 from higgs_v3.modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
 from higgs_v3.processing_higgs_v3 import HiggsAudioV3Processor
 
@@ -31,7 +31,7 @@ from distributed_tp_worker import run_cases  # noqa: E402  (the worker's cases, 
 def test_the_plan_shards_the_backbone_and_keeps_the_audio_tensors_whole():
     """The class declares its plan: the text head as Qwen3ForCausalLM's, the fused audio embedding and the audio head
     replicated (explicitly where the installed transformers has the style); the backbone's plan is Qwen3's."""
-    model = HiggsAudioV3ForConditionalGeneration(tiny_higgs_v3.tiny_config(with_codec=False))
+    model = HiggsAudioV3ForConditionalGeneration(tiny.tiny_config(with_codec=False))
     replicate = {"audio_embed": "replicate", "audio_head": "replicate"} if REPLICATE_STYLE else {}
     assert HiggsAudioV3ForConditionalGeneration._tp_plan == {"lm_head": "colwise_gather_output", **replicate}
     backbone = {f"model.{k}": v for k, v in model.config.base_model_tp_plan.items()}
@@ -48,11 +48,11 @@ def test_the_plan_shards_the_backbone_and_keeps_the_audio_tensors_whole():
 @pytest.mark.integration
 def test_two_ranks_generate_the_rows_of_one_process(tmp_path):
     torch.manual_seed(0)
-    model = HiggsAudioV3ForConditionalGeneration(tiny_higgs_v3.tiny_config(initializer_range=0.3)).eval()
-    tiny_higgs_v3.randomize_codebooks(model.codec)
+    model = HiggsAudioV3ForConditionalGeneration(tiny.tiny_config(initializer_range=0.3)).eval()
+    tiny.randomize_codebooks(model.codec)
     model_dir = tmp_path / "model"
     model.save_pretrained(model_dir)
-    tiny_higgs_v3.write_tiny_tokenizer(model_dir)
+    tiny.write_tiny_tokenizer(model_dir)
     save_processor_files(model_dir, model.config)
     clip = np.sin(np.arange(36000) / 24000 * 2 * np.pi * 220).astype(np.float32)  # 1.5 s at 24 kHz
     voice_path = model.encode_reference(clip, text="A short hum.", sampling_rate=24000).save(tmp_path / "voice.safetensors")

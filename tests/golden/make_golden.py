@@ -85,7 +85,7 @@ def official_waveform(path: Path, seconds: float | None, resample) -> torch.Tens
 def transformers_codec(resample, acoustic_gain: float):
     """transformers' `HiggsAudioV2TokenizerModel` with the real torchaudio resample, tiny config, seeded weights."""
     from higgs_v3.codec_higgs_v3 import build_codec_config  # transformers first: it probes for torchaudio on import
-    from higgs_v3.tiny_higgs_v3 import tiny_codec_config
+    from higgs_v3.testing.tiny import tiny_codec_config
 
     stub = types.ModuleType("torchaudio")
     stub.functional = types.SimpleNamespace(resample=resample)

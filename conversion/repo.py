@@ -27,9 +27,9 @@ from pathlib import Path
 
 import torch
 
-from .configuration_higgs_v3 import HiggsAudioV3Config
-from .generation_higgs_v3 import default_generation_config
-from .original_format_higgs_v3 import (
+from ..configuration_higgs_v3 import HiggsAudioV3Config
+from ..generation_higgs_v3 import default_generation_config
+from .original_format import (
     ORIGINAL_REPO_ID,
     ConversionError,
     OriginalCheckpoint,
@@ -62,7 +62,7 @@ _TORCH_DTYPES: dict[str, torch.dtype] = {
 
 WEIGHT_DTYPES: dict[str, torch.dtype] = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 """The `--dtype` values of the converter (`convert_checkpoint.DTYPES`: the language model's; the codec stays float32)
-and of the export (`export_higgs_v3.EXPORT_DTYPES`: every tensor's): one table for both directions."""
+and of the export (`conversion.export.EXPORT_DTYPES`: every tensor's): one table for both directions."""
 
 
 @dataclass(frozen=True)
@@ -183,7 +183,7 @@ def remote_code_files() -> list[Path]:
     and the processor when it exists) and everything they import relatively, recursively."""
     from transformers.dynamic_module_utils import get_relative_import_files
 
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parents[1]  # the package root: the remote code
     roots = [here / "configuration_higgs_v3.py", here / "modeling_higgs_v3.py"]
     if (here / "processing_higgs_v3.py").is_file():
         roots.append(here / "processing_higgs_v3.py")
@@ -201,7 +201,7 @@ def save_processor_files(output_dir: str | os.PathLike, config: HiggsAudioV3Conf
     from those tokenizer files and `config` (or from `tokenizer`, when the caller has those files loaded already).
     Returns the names written (none when `processing_higgs_v3.py` is not available)."""
     try:
-        from .processing_higgs_v3 import TTS_CHAT_TEMPLATE, HiggsAudioV3Processor
+        from ..processing_higgs_v3 import TTS_CHAT_TEMPLATE, HiggsAudioV3Processor
     except ImportError:
         return []
     from transformers import AutoTokenizer
@@ -227,7 +227,7 @@ def save_processor_files(output_dir: str | os.PathLike, config: HiggsAudioV3Conf
     template = output_dir / "chat_template.jinja"
     if template.is_file() and template.read_text(encoding="utf-8") != TTS_CHAT_TEMPLATE:
         # The original's template is kept under a name transformers does not read, for the export back to the
-        # original layout (export_higgs_v3), which the serving engines read.
+        # original layout (conversion.export), which the serving engines read.
         os.replace(template, output_dir / ORIGINAL_CHAT_TEMPLATE_FILE)
         written.append(ORIGINAL_CHAT_TEMPLATE_FILE)
     template.write_text(TTS_CHAT_TEMPLATE, encoding="utf-8")
@@ -478,7 +478,7 @@ def upload_later_hint(folder: str | os.PathLike, repo_id: str) -> str:
     """How to upload a complete converted folder after a failed push (the `hf` command line, or Python)."""
     return (
         f"The converted folder {str(folder)!r} is complete; upload it later with `hf upload {repo_id} {folder} .` "
-        f"or, in Python, higgs_v3.converted_repo_higgs_v3.push_folder_to_hub({str(folder)!r}, {repo_id!r})."
+        f"or, in Python, higgs_v3.conversion.repo.push_folder_to_hub({str(folder)!r}, {repo_id!r})."
     )
 
 

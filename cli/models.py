@@ -1,7 +1,7 @@
 # Copyright 2026 the higgs-v3 authors. Licensed under the Apache License, Version 2.0.
 r"""What a model name means, and loading it: the command line's `--model`.
 
-A name is `tiny-random` (a tiny randomly initialised model built once from `tiny_higgs_v3` into
+A name is `tiny-random` (a tiny randomly initialised model built once from `testing/tiny` into
 `$HIGGS_V3_CACHE/tiny-random`, default `$HF_HOME/higgs_v3/tiny-random`, so the commands run with no download), a
 folder with a converted checkpoint, a folder with an original one (converted once into the converter's cache), or a
 Hub repo id (downloaded; converted once when it holds the original format). Only the standard library is imported at
@@ -18,7 +18,7 @@ import re
 import shutil
 from pathlib import Path
 
-from .original_format_higgs_v3 import ORIGINAL_MODEL_TYPE as _ORIGINAL_MODEL_TYPE  # standard library only
+from ..conversion.original_format import ORIGINAL_MODEL_TYPE as _ORIGINAL_MODEL_TYPE  # standard library only
 
 
 DEFAULT_MODEL = "bosonai/higgs-audio-v3-tts-4b"
@@ -47,18 +47,20 @@ def tiny_random_dir() -> Path:
 def _tiny_fingerprint(seed: int) -> str:
     """A hash of the seed, the demo limit and every module of this package: a code change rebuilds the model."""
     digest = hashlib.sha256(f"seed={seed}|max_seconds={TINY_RANDOM_MAX_SECONDS}".encode())
-    for path in sorted(Path(__file__).resolve().parent.glob("*.py")):
+    package = Path(__file__).resolve().parents[1]
+    modules = [*package.glob("*.py"), *(p for p in package.glob("*/*.py") if (p.parent / "__init__.py").is_file())]
+    for path in sorted(modules):  # the package's modules and its sub-packages'
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
 
 
 def write_tiny_random(directory: str | os.PathLike, seed: int = 0, with_codec: bool = True) -> Path:
-    """`tiny_higgs_v3.make_tiny_random_model` plus a demo generation config: at most `TINY_RANDOM_MAX_SECONDS` of
+    """`testing.tiny.make_tiny_random_model` plus a demo generation config: at most `TINY_RANDOM_MAX_SECONDS` of
     audio per generation (random weights never emit the end of speech)."""
     from transformers import GenerationConfig
 
-    from .configuration_higgs_v3 import HiggsAudioV3Config
-    from .tiny_higgs_v3 import make_tiny_random_model
+    from ..configuration_higgs_v3 import HiggsAudioV3Config
+    from ..testing.tiny import make_tiny_random_model
 
     directory = make_tiny_random_model(directory, seed=seed, with_codec=with_codec)
     generation_config = GenerationConfig.from_pretrained(directory)
@@ -135,7 +137,7 @@ def resolve_model(name: str, log=None) -> Path:
                        "(owner/name).")
     from huggingface_hub import hf_hub_download, snapshot_download
 
-    from .converted_repo_higgs_v3 import hub_offline_reason
+    from ..conversion.repo import hub_offline_reason
 
     offline = hub_offline_reason()  # a reason when the Hub cannot be used: then the local cache only, no retries
     what = f"the default model {name!r}" if name == DEFAULT_MODEL else f"model {name!r}"
@@ -155,7 +157,7 @@ def resolve_model(name: str, log=None) -> Path:
 
 
 def _convert_original(name: str, log) -> Path:
-    from .convert_checkpoint import converted_path
+    from ..convert_checkpoint import converted_path
 
     if log is not None:
         log(f"{name} is an original checkpoint: converting it once into the local cache (this takes a while)...")
@@ -195,13 +197,13 @@ def load_processor(path: Path):
 
 
 def _load_processor(path: Path):
-    from .processing_higgs_v3 import HiggsAudioV3Processor
+    from ..processing_higgs_v3 import HiggsAudioV3Processor
 
     if (path / "processor_config.json").is_file():
         return HiggsAudioV3Processor.from_pretrained(str(path), trust_remote_code=False)
     from transformers import AutoTokenizer
 
-    from .configuration_higgs_v3 import HiggsAudioV3Config
+    from ..configuration_higgs_v3 import HiggsAudioV3Config
 
     tokenizer = AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
     return HiggsAudioV3Processor.from_model_config(tokenizer, HiggsAudioV3Config.from_pretrained(str(path)))
@@ -234,7 +236,7 @@ def check_generation_config(path: Path) -> None:
 def load_model(path: Path, device: str, dtype: str):
     """The installed package's model class (no remote code is run) on `device`, in `dtype` ("auto": `auto_dtype`).
     A damaged `generation_config.json` is refused (`check_generation_config`), not replaced by defaults."""
-    from .modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
+    from ..modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
 
     check_generation_config(path)
     target = _device(device)

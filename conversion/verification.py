@@ -28,8 +28,8 @@ from pathlib import Path
 
 import torch
 
-from .configuration_higgs_v3 import HiggsAudioV3Config
-from .original_format_higgs_v3 import (
+from ..configuration_higgs_v3 import HiggsAudioV3Config
+from .original_format import (
     AUDIO_EMBEDDING,
     AUDIO_HEAD,
     FINAL_NORM,

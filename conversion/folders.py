@@ -51,7 +51,7 @@ of this code) is removed only once it is this old: a live run names itself withi
 
 STAGING_KINDS: dict[str, str] = {"converting": "conversion", "exporting": "export"}
 """The staging folders' kinds (`<name>_<kind>_<hex>`), each with the run it belongs to in `clean_stale_siblings`' lines:
-the converter's and the export's (`export_higgs_v3`). Every kind is cleaned whichever run cleans, so a dead export's
+the converter's and the export's (`conversion/export`). Every kind is cleaned whichever run cleans, so a dead export's
 folder is removed by the next conversion too, and a live run of either kind keeps its `_replaced_` folder."""
 
 _HASH_CHUNK = 16 * 1024 * 1024

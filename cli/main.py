@@ -7,11 +7,11 @@ higgs-v3 speak --model bosonai/higgs-audio-v3-tts-4b --text-file chapter.txt --r
 higgs-v3 speak --dialogue --text-file play.txt --voice Ann=ann.wav:"Hi, I am Ann." --voice Bob=bob.safetensors -o play.wav
 higgs-v3 convert --input bosonai/higgs-audio-v3-tts-4b --output ./higgs-v3-hf     # the converter (convert_checkpoint)
 higgs-v3 make-tiny ./tiny                                            # the tiny random demo model, in the converted layout
-higgs-v3 batch manifest.jsonl --out-dir out/                         # many texts to many files, resumable (batch_higgs_v3)
+higgs-v3 batch manifest.jsonl --out-dir out/                         # many texts to many files, resumable (cli.batch)
 higgs-v3 tags                                                        # the inline control tags the model knows
 ```
 
-`--model` takes what `model_sources_higgs_v3` resolves: `tiny-random` (a tiny random model built once, offline), a
+`--model` takes what `cli/models` resolves: `tiny-random` (a tiny random model built once, offline), a
 converted or original folder, or a Hub repo id.
 
 `speak` parses its arguments into one `SpeakRequest`, whose `validate()` runs every check that needs no model (files,
@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 
-from .model_sources_higgs_v3 import (  # standard library only at import
+from .models import (  # standard library only at import
     DEFAULT_MODEL,
     TINY_RANDOM,
     TINY_RANDOM_MAX_SECONDS,
@@ -165,7 +165,7 @@ def _add_finetune_parser(commands) -> None:
 
 
 def cmd_finetune(args) -> int:
-    """Check the options and files, then train (see `finetune_higgs_v3.FinetuneRun`), then one summary line."""
+    """Check the options and files, then train (see `training.finetune.FinetuneRun`), then one summary line."""
     if not os.path.exists(args.data):
         raise CliError(f"--data {args.data!r} does not exist; give a folder of name.wav + name.txt pairs or a .jsonl manifest.")
 
@@ -173,7 +173,7 @@ def cmd_finetune(args) -> int:
         if not args.quiet:
             print(message, file=sys.stderr, flush=True)
 
-    from .finetune_higgs_v3 import FinetuneRun
+    from ..training.finetune import FinetuneRun
 
     _quiet_libraries(verbose=False)  # the libraries' bars and warnings off: the run reports through `log`
     run = FinetuneRun(
@@ -289,7 +289,7 @@ def _check_audio_file(path: str, what: str, who: str = "") -> None:
     _check_input_file(path, what, who)
     import soundfile
 
-    from .audio_io_higgs_v3 import MAX_REFERENCE_SECONDS
+    from ..audio_io_higgs_v3 import MAX_REFERENCE_SECONDS
 
     try:
         info = soundfile.info(path)
@@ -304,7 +304,7 @@ def _check_audio_file(path: str, what: str, who: str = "") -> None:
 def _check_voice_file(path: str, what: str, who: str = "") -> None:
     """A voice file must load (`HiggsAudioV3Voice.load`: its header, format, version and length; it is small)."""
     _check_input_file(path, what, who)
-    from .audio_io_higgs_v3 import HiggsAudioV3Voice
+    from ..audio_io_higgs_v3 import HiggsAudioV3Voice
 
     HiggsAudioV3Voice.load(path)
 
@@ -380,7 +380,7 @@ def _check_audio_output(path: str) -> None:
     _check_output(path, "the audio file")
     import numpy as np
 
-    from .audio_io_higgs_v3 import check_audio_output, save_audio
+    from ..audio_io_higgs_v3 import check_audio_output, save_audio
 
     try:
         check_audio_output(path)
@@ -451,8 +451,8 @@ class SpeakRequest:
         self._check_options()
         self._check_inputs()
         self._check_outputs()
-        from .sampling_higgs_v3 import check_seed
-        from .audio_io_higgs_v3 import VOICE_FILE_SUFFIXES
+        from ..sampling_higgs_v3 import check_seed
+        from ..audio_io_higgs_v3 import VOICE_FILE_SUFFIXES
 
         check_seed(self.seed, "--seed")
         if self.save_voice:
@@ -466,7 +466,7 @@ class SpeakRequest:
             _check_voice_file(self.voice[0], "Voice file")
         self._check_max_seconds()
         if self.dialogue:
-            from .chunking_higgs_v3 import check_dialogue_voices, parse_dialogue
+            from ..chunking_higgs_v3 import check_dialogue_voices, parse_dialogue
 
             check_dialogue_voices(parse_dialogue(self.text), self.voices, self.auto_voices)
 
@@ -476,9 +476,9 @@ class SpeakRequest:
         max_seconds = self.longform_options.get("max_seconds")
         if max_seconds is None:
             return
-        from .delay_higgs_v3 import HiggsAudioV3AudioSpec
-        from .generation_higgs_v3 import MAX_POSITIONS
-        from .longform_higgs_v3 import rows_for_max_seconds
+        from ..delay_higgs_v3 import HiggsAudioV3AudioSpec
+        from ..generation_higgs_v3 import MAX_POSITIONS
+        from ..longform_higgs_v3 import rows_for_max_seconds
 
         try:  # the rates of every Higgs Audio v3 codec; the positions of the default max_positions
             rows_for_max_seconds(max_seconds, HiggsAudioV3AudioSpec(), MAX_POSITIONS, name="--max-seconds")
@@ -541,13 +541,13 @@ class SpeakRequest:
         if self.dialogue:
             self.voices = _parse_dialogue_voices(self.voice)
         elif self.ref_audio:
-            from .audio_io_higgs_v3 import is_audio_url
+            from ..audio_io_higgs_v3 import is_audio_url
 
             if not is_audio_url(self.ref_audio):  # a URL is fetched (and refused in one line) when it is encoded
                 _check_audio_file(self.ref_audio, "Reference audio file")
         elif self.voice:
             _check_input_file(self.voice[0], "Voice file")
-            from .audio_io_higgs_v3 import VOICE_FILE_SUFFIXES
+            from ..audio_io_higgs_v3 import VOICE_FILE_SUFFIXES
 
             if Path(self.voice[0]).suffix.lower() not in VOICE_FILE_SUFFIXES:  # a clip given with --voice
                 _check_audio_file(self.voice[0], "Reference audio file")
@@ -589,7 +589,7 @@ class SpeakRequest:
 
     def check_texts(self, processor) -> None:
         """The processor's checks of the text (every script line) and of the transcripts, before the model loads."""
-        from .longform_higgs_v3 import dialogue_jobs, speech_jobs
+        from ..longform_higgs_v3 import dialogue_jobs, speech_jobs
 
         chunking = {name: self.longform_options[name] for name in ("max_chars",) if name in self.longform_options}
         (dialogue_jobs if self.dialogue else speech_jobs)(processor, self.text, **chunking)
@@ -602,7 +602,7 @@ class SpeakRequest:
     # ------------------------------------------------------------------ work
     def synthesize(self, model, processor):
         """The `SpeechResult` of `longform_higgs_v3.synthesize_dialogue` or `synthesize_long`."""
-        from . import longform_higgs_v3 as longform
+        from .. import longform_higgs_v3 as longform
 
         options = {**self.longform_options, **self.generate_kwargs, "seed": self.seed, "progress": self.progress}
         if self.dialogue:
@@ -628,7 +628,7 @@ class SpeakRequest:
         return extras
 
     def _write_lines(self, result) -> str:
-        from .audio_io_higgs_v3 import save_audio
+        from ..audio_io_higgs_v3 import save_audio
 
         split_dir = Path(self.split_dir)
         split_dir.mkdir(parents=True, exist_ok=True)
@@ -644,6 +644,7 @@ class SpeakRequest:
             print(message, file=sys.stderr, flush=True)
 
 
+_PACKAGE = __package__.rpartition(".")[0] if __package__ else "higgs_v3"  # our loggers' root
 _SAVED_LIBRARY_STATE: list = []  # what `_quiet_libraries` changed, for `_restore_libraries`
 
 
@@ -653,7 +654,7 @@ def _quiet_libraries(verbose: bool) -> None:
     from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars
     from transformers.utils import logging as transformers_logging
 
-    ours = logging.getLogger(__package__ or "higgs_v3")
+    ours = logging.getLogger(_PACKAGE)
     if not _SAVED_LIBRARY_STATE:
         _SAVED_LIBRARY_STATE.append((
             transformers_logging.get_verbosity(), transformers_logging.is_progress_bar_enabled(),
@@ -681,7 +682,7 @@ def _restore_libraries() -> None:
         transformers_logging.enable_progress_bar()
     if not hub_bars_disabled:
         enable_progress_bars()
-    logging.getLogger(__package__ or "higgs_v3").setLevel(level)
+    logging.getLogger(_PACKAGE).setLevel(level)
     warnings.filters[:] = filters
 
 
@@ -725,14 +726,14 @@ def summary_line(output: str, result, seed: int, config) -> str:
 
 # ================================================================================================= other commands
 def cmd_convert(argv: list[str]) -> int:
-    from .convert_checkpoint import main as convert_main
+    from ..convert_checkpoint import main as convert_main
 
     code = convert_main(argv, prog="higgs-v3 convert")
     return 0 if code in (0, None) else code if code in (1, 130) else EXIT_ERROR  # 1: a failed upload, not a user fault
 
 
 def cmd_make_tiny(args) -> int:
-    from .sampling_higgs_v3 import check_seed
+    from ..sampling_higgs_v3 import check_seed
 
     check_seed(args.seed, "--seed")
     _quiet_libraries(verbose=False)
@@ -740,7 +741,7 @@ def cmd_make_tiny(args) -> int:
     if output.exists() and not output.is_dir():
         raise CliError(f"{args.output!r} is a file; give a folder to write the model into.")
     if args.original:
-        from .tiny_higgs_v3 import write_tiny_original_checkpoint
+        from ..testing.tiny import write_tiny_original_checkpoint
 
         path = write_tiny_original_checkpoint(output, seed=args.seed, with_codec=not args.no_codec)
         print(f"Wrote a tiny original-layout Higgs Audio v3 checkpoint to {path} (convert it with higgs-v3 convert).")
@@ -780,8 +781,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if argv and argv[0] == "convert":
             return cmd_convert(argv[1:])
-        if argv and argv[0] == "batch":  # batch_higgs_v3 parses its own options
-            from .batch_higgs_v3 import main as batch_main
+        if argv and argv[0] == "batch":  # cli.batch parses its own options
+            from .batch import main as batch_main
 
             _quiet_libraries(verbose=False)
             return batch_main(argv[1:])

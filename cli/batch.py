@@ -3,7 +3,7 @@ r"""Batch synthesis of a manifest: many texts to many audio files, resumable, da
 
 ```
 higgs-v3 batch manifest.jsonl --out-dir out/ --model path/to/converted-repo           # one process
-accelerate launch --num_processes 4 -m higgs_v3.cli_higgs_v3 batch manifest.jsonl --out-dir out/   # 4 GPUs
+accelerate launch --num_processes 4 -m higgs_v3.cli batch manifest.jsonl --out-dir out/   # 4 GPUs
 ```
 
 The manifest has one JSON object per line (blank lines are skipped):
@@ -126,8 +126,8 @@ def read_manifest(path: str | os.PathLike, base_seed: int = 0) -> list[BatchItem
     read from the manifest's folder. A line without `seed` gets `base_seed` plus its index (0-based, over the items),
     flagged `default_seed` (`run_batch` moves it with `assign_default_seeds` where other chunks use it). Raises
     `ValueError` naming the line, or `OSError` when the manifest cannot be read."""
-    from .audio_io_higgs_v3 import is_audio_url
-    from .sampling_higgs_v3 import check_seed
+    from ..audio_io_higgs_v3 import is_audio_url
+    from ..sampling_higgs_v3 import check_seed
 
     path = Path(path)
     try:
@@ -208,7 +208,7 @@ def _read_record(out_dir: Path, item: BatchItem) -> dict | None:
 def _write_text_atomically(path: Path, text: str) -> None:
     """`text` into `path` with `audio_io_higgs_v3.atomic_output` (flushed to disk, then renamed into place): a reader
     sees the old file or the whole new one."""
-    from .audio_io_higgs_v3 import atomic_output
+    from ..audio_io_higgs_v3 import atomic_output
 
     with atomic_output(path) as temporary:
         temporary.write_text(text, encoding="utf-8")
@@ -216,7 +216,7 @@ def _write_text_atomically(path: Path, text: str) -> None:
 
 # ============================================================================================= the run
 def _voice_for(model, processor, item: BatchItem):
-    from .longform_higgs_v3 import resolve_voice
+    from ..longform_higgs_v3 import resolve_voice
 
     where = f"the voice of line {item.line}"
     if item.voice is not None:
@@ -231,7 +231,7 @@ def _speak_group(model, processor, group: list[BatchItem], *, batch_size: int, m
     """The items of `group` spoken together: their chunks go through the longform synthesis core in `generate` calls
     of `batch_size`, each chunk with its item's voice (or its item's first chunk's) and seed `item.seed + k`.
     Returns `[(item, waveform, chunks)]` in group order."""
-    from .longform_higgs_v3 import DEFAULT_PAUSE_SECONDS, SpeechJob, _Synthesizer, speech_jobs
+    from ..longform_higgs_v3 import DEFAULT_PAUSE_SECONDS, SpeechJob, _Synthesizer, speech_jobs
 
     jobs, voices = [], {}
     for position, item in enumerate(group):
@@ -263,7 +263,7 @@ def run_batch(
     """Speak every pending item of `items` into `out_dir` (see the module docstring), this process's share of them when
     `state` (an `accelerate.PartialState`) has several processes. Returns the summary (complete on the main process:
     the written lists of every process)."""
-    from .chunking_higgs_v3 import DEFAULT_MAX_CHARS
+    from ..chunking_higgs_v3 import DEFAULT_MAX_CHARS
 
     began = time.perf_counter()
     out_dir = Path(out_dir)
@@ -333,8 +333,8 @@ def assign_default_seeds(processor, items: list[BatchItem], max_chars: int) -> l
     default range would pass the seed limit."""
     from dataclasses import replace
 
-    from .longform_higgs_v3 import speech_jobs
-    from .sampling_higgs_v3 import SEED_LIMIT
+    from ..longform_higgs_v3 import speech_jobs
+    from ..sampling_higgs_v3 import SEED_LIMIT
 
     counts = [len(speech_jobs(processor, item.text, max_chars)) for item in items]
     taken = sorted((item.seed, item.seed + count) for item, count in zip(items, counts) if not item.default_seed)
@@ -364,8 +364,8 @@ def assign_default_seeds(processor, items: list[BatchItem], max_chars: int) -> l
 def _check_chunk_seeds(processor, item: BatchItem, max_chars: int) -> None:
     """Chunk `k` of the item is spoken with seed `item.seed + k` (`_speak_group`, with the same chunker): the seed of
     its last chunk must be a valid seed too. A `ValueError` naming the manifest line otherwise."""
-    from .longform_higgs_v3 import speech_jobs
-    from .sampling_higgs_v3 import SEED_LIMIT, check_seed
+    from ..longform_higgs_v3 import speech_jobs
+    from ..sampling_higgs_v3 import SEED_LIMIT, check_seed
 
     check_seed(item.seed, f"the seed of line {item.line}")
     chunks = len(speech_jobs(processor, item.text, max_chars))
@@ -380,7 +380,7 @@ def _check_chunk_seeds(processor, item: BatchItem, max_chars: int) -> None:
 def _write_item(out_dir: Path, item: BatchItem, waveform, chunks, sampling_rate: int, rank: int) -> float:
     """The item's audio (`save_audio`, itself atomic), then its record, written atomically. Returns its duration in
     seconds."""
-    from .audio_io_higgs_v3 import save_audio
+    from ..audio_io_higgs_v3 import save_audio
 
     save_audio(waveform, out_dir / item.output, sampling_rate)
     duration = waveform.shape[-1] / sampling_rate
@@ -423,7 +423,7 @@ def _positive(kind):
 
 
 def build_parser(prog: str = "higgs-v3 batch") -> argparse.ArgumentParser:
-    from .model_sources_higgs_v3 import DEFAULT_MODEL
+    from .models import DEFAULT_MODEL
 
     parser = _Parser(prog=prog, description="Speak every line of a JSONL manifest into its own audio file (resumable; "
                      "data-parallel under accelerate launch / torchrun).")
@@ -452,7 +452,7 @@ def main(argv: list[str] | None = None, prog: str = "higgs-v3 batch") -> int:
 
     from accelerate import PartialState
 
-    from .model_sources_higgs_v3 import TINY_RANDOM, TINY_RANDOM_MAX_SECONDS, load_model, load_processor, resolve_model
+    from .models import TINY_RANDOM, TINY_RANDOM_MAX_SECONDS, load_model, load_processor, resolve_model
 
     device = args.device
     state = PartialState(cpu=device == "cpu" or (device == "auto" and not _has_accelerator()))

@@ -41,9 +41,9 @@ import torch
 from transformers import PrinterCallback, TrainerCallback
 from transformers.utils import logging
 
-from .audio_io_higgs_v3 import atomic_output
-from .generation_higgs_v3 import MAX_POSITIONS
-from .output_folders_higgs_v3 import clean_stale_siblings, staging_folder, swap_into_place
+from ..audio_io_higgs_v3 import atomic_output
+from ..generation_higgs_v3 import MAX_POSITIONS
+from ..conversion.folders import clean_stale_siblings, staging_folder, swap_into_place
 
 
 try:
@@ -481,7 +481,7 @@ class FinetuneRun:
     for `PeftModel.from_pretrained` on the base model), `model/` (the full model, LoRA merged: weights, remote code,
     tokenizer and processor, loadable with `trust_remote_code=True`; the folder `push_to_hub` uploads), `sample.wav`
     (a short sample of the tuned model) and `codes_cache/` (the encoded clips). `adapter/` and `model/` are written in a
-    staging folder beside them and swapped into place whole (`output_folders_higgs_v3`); `model/` also gets the base
+    staging folder beside them and swapped into place whole (`conversion/folders`); `model/` also gets the base
     folder's `original_chat_template.jinja` and LICENSE / NOTICE files, so that `higgs-v3 export --to-original` of the
     tuned model restores the original chat template."""
 
@@ -532,14 +532,14 @@ class FinetuneRun:
 
         from transformers import Trainer, TrainingArguments, set_seed
 
-        from .model_sources_higgs_v3 import load_processor, resolve_model
+        from ..cli.models import load_processor, resolve_model
 
         self.validate()
         set_seed(self.seed)
         output = Path(self.output)
         source = resolve_model(self.model, log=self.log)
         processor = load_processor(source)
-        from .modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
+        from ..modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
 
         model = HiggsAudioV3ForConditionalGeneration.from_pretrained(str(source), dtype=torch.float32)
         if model.codec is not None and any(p.requires_grad for p in model.codec.parameters()):  # the model freezes it
@@ -620,7 +620,7 @@ class FinetuneRun:
     def _push(self, output: Path) -> str:
         from huggingface_hub import HfApi
 
-        from .converted_repo_higgs_v3 import push_folder_to_hub
+        from ..conversion.repo import push_folder_to_hub
 
         if self.push_adapter:
             api = HfApi()
@@ -679,7 +679,7 @@ def save_full_repo(model, processor, folder: str | os.PathLike, base: str | os.P
     copied along, when it has them."""
     import shutil
 
-    from .converted_repo_higgs_v3 import LICENSE_FILE_PATTERN, ORIGINAL_CHAT_TEMPLATE_FILE, check_output_folder
+    from ..conversion.repo import LICENSE_FILE_PATTERN, ORIGINAL_CHAT_TEMPLATE_FILE, check_output_folder
 
     folder = Path(folder)
     model.save_pretrained(str(folder))
@@ -694,7 +694,7 @@ def save_full_repo(model, processor, folder: str | os.PathLike, base: str | os.P
 
 def _save_in_place(folder: Path, save: Callable[[Path], object]) -> Path:
     """Run `save(staging)` on a fresh staging folder beside `folder`, then swap it into place (see
-    `output_folders_higgs_v3`): a killed run leaves the previous `folder` (or none), never a half-written one; what a
+    `conversion/folders`): a killed run leaves the previous `folder` (or none), never a half-written one; what a
     dead run left beside it is cleaned first. A failed save removes its staging folder."""
     import shutil
 

@@ -5,7 +5,7 @@ one the serving engines read (vllm-omni, sglang-omni, the official server).
     python -m higgs_v3.convert_checkpoint --to-original --input ./higgs-audio-v3-hf --output ./higgs-audio-v3-original
     higgs-v3 convert --to-original --input ./my-finetuned-model --output ./my-finetuned-original [--original DIR]
 
-What is written (the format is `original_format_higgs_v3`'s, so it is read back by the converter's own reader):
+What is written (the format is `conversion/original_format`'s, so it is read back by the converter's own reader):
 
     config.json                      model_type `higgs_multimodal_qwen3`, `original_config` with the repo's dimensions
                                      and every backbone field (`TEXT_CONFIG_FIELDS`) taken from the converted config
@@ -30,7 +30,7 @@ embedding, unused at inference). The export writes it back: copied from the orig
 Like the converter, the folder is assembled next to the output (`<output>_exporting_<hex>`, claimed by its process),
 checked (read back with `read_original`, every name mapped back to its converted name by `map_key`, every tensor
 compared bit for bit with its source) and only then swapped into place; what a killed export leaves is cleaned up by
-the next export or conversion, and an output lost between the two renames is restored (`output_folders_higgs_v3`).
+the next export or conversion, and an output lost between the two renames is restored (`conversion/folders`).
 Peak memory is about one shard (`max_shard_size`).
 """
 
@@ -48,9 +48,9 @@ from pathlib import Path
 import torch
 from transformers.utils import logging
 
-from .codec_higgs_v3 import HiggsAudioV3Codec
-from .configuration_higgs_v3 import HiggsAudioV3Config
-from .converted_repo_higgs_v3 import (
+from ..codec_higgs_v3 import HiggsAudioV3Codec
+from ..configuration_higgs_v3 import HiggsAudioV3Config
+from .repo import (
     LICENSE_FILE_PATTERN,
     ORIGINAL_CHAT_TEMPLATE_FILE,
     TOKENIZER_FILES,
@@ -60,7 +60,7 @@ from .converted_repo_higgs_v3 import (
     shard_split,
     weight_dtype,
 )
-from .original_format_higgs_v3 import (
+from .original_format import (
     AUDIO_EMBEDDING,
     AUDIO_HEAD,
     CODEC_EXTRA_KEY,
@@ -83,8 +83,8 @@ from .original_format_higgs_v3 import (
     read_original,
     read_rows,
 )
-from .output_folders_higgs_v3 import clean_stale_siblings, staging_folder, swap_into_place
-from .processing_higgs_v3 import TTS_CHAT_TEMPLATE
+from .folders import clean_stale_siblings, staging_folder, swap_into_place
+from ..processing_higgs_v3 import TTS_CHAT_TEMPLATE
 
 
 logger = logging.get_logger(__name__)
@@ -92,7 +92,7 @@ logger = logging.get_logger(__name__)
 
 EXPORT_DTYPES: dict[str, torch.dtype] = WEIGHT_DTYPES
 """Accepted `--dtype` values of the export (every tensor, the codec included, is written in it; the original is
-bf16): the converter's table (`converted_repo_higgs_v3.WEIGHT_DTYPES`)."""
+bf16): the converter's table (`conversion.repo.WEIGHT_DTYPES`)."""
 
 CODEC_CONFIG_BOOKKEEPING: dict = {"architectures": ["HiggsAudioV2TokenizerModel"], "dtype": "float32"}
 """What the codec config file carries besides the settings (as the codec's own `save_pretrained` writes it)."""
