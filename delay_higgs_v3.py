@@ -32,7 +32,35 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
+import numpy as np
 import torch
+
+
+def check_codes(codes, num_codebooks: int, num_codes: int, where: str, min_frames: int = 1) -> torch.LongTensor:
+    """`codes` as a `LongTensor` on its device if they are integer codes of shape `[..., frames, num_codebooks]`, at
+    least `min_frames` frames, each in `0 .. num_codes - 1`; else one `ValueError` naming `where` and what is wrong.
+
+    The one home of the codes rule: raw codec codes (`num_codes = audio_boc_token_id`: voices, `reference_codes`,
+    training targets) and delayed rows (`num_codes = codebook_size`: `decode_audio`). Reads the range on the host once.
+    """
+    if isinstance(codes, np.ndarray) and np.issubdtype(codes.dtype, np.integer):
+        codes = torch.from_numpy(codes)
+    integer = isinstance(codes, torch.Tensor) and not (codes.is_floating_point() or codes.is_complex())
+    problem = None
+    if not integer or codes.dtype == torch.bool:
+        problem = type(codes).__name__ + (f" of dtype {codes.dtype}" if hasattr(codes, "dtype") else "")
+    elif codes.dim() < 2 or codes.shape[-1] != num_codebooks or codes.shape[-2] < min_frames:
+        problem = f"shape {tuple(codes.shape)}"
+    elif codes.numel() and not torch.compiler.is_compiling():
+        low, high = (int(value) for value in codes.aminmax())
+        if low < 0 or high >= num_codes:
+            problem = f"values from {low} to {high}"
+    if problem is not None:
+        raise ValueError(
+            f"{where[:1].upper() + where[1:]} must be integer codes [..., frames, {num_codebooks}] with at least "
+            f"{min_frames} frame{'s' if min_frames > 1 else ''}, each in 0..{num_codes - 1}; got {problem}."
+        )
+    return codes.long()
 
 
 def apply_delay_pattern(codes: torch.LongTensor, boc_id: int, eoc_id: int) -> torch.LongTensor:
@@ -202,6 +230,7 @@ class HiggsAudioV3AudioSpec:
 
 __all__ = [
     "NO_END",
+    "check_codes",
     "HiggsAudioV3AudioSpec",
     "apply_delay_pattern",
     "revert_delay_pattern",
