@@ -206,7 +206,7 @@ class HiggsAudioV3Codec(XcodecModel):
     ```python
     >>> import torch
     >>> from higgs_v3.codec_higgs_v3 import HiggsAudioV3Codec
-    >>> from higgs_v3.testing.tiny import tiny_codec_config  # a tiny test config; REAL_CODEC_CONFIG is the real one
+    >>> from higgs_v3.testing.tiny import tiny_codec_config  # a tiny test config
     >>> codec = HiggsAudioV3Codec.from_codec_config(tiny_codec_config()).eval()
     >>> codes = codec.encode(torch.randn(1, 1, 24000))
     >>> codes.shape
@@ -233,7 +233,8 @@ class HiggsAudioV3Codec(XcodecModel):
 
     @classmethod
     def from_codec_config(cls, codec_config: dict) -> HiggsAudioV3Codec:
-        """Build the codec (random weights, fp32) from a `HiggsAudioV2TokenizerConfig` dict, e.g. `REAL_CODEC_CONFIG`.
+        """Build the codec (random weights, fp32) from a complete `HiggsAudioV2TokenizerConfig` dict (`HiggsAudioV3Config`
+        checks the model's; the converter carries the real one, `conversion.original_format.REAL_CODEC_CONFIG`).
 
         Also under a bf16 default dtype (as inside `from_pretrained(..., dtype=torch.bfloat16)`) the codec is created
         in fp32, and the weight loader keeps the dtype of the parameters it fills.
@@ -360,54 +361,20 @@ class HiggsAudioV3Codec(XcodecModel):
         return codes[0].T.to("cpu")  # [T, Q]
 
 
-# Keys a codec config must carry: their transformers defaults differ from the real codec (e.g. `target_bandwidths`
-# would give 16 quantizers instead of 8, the default DAC ratios a hop of 320 instead of 960).
-REQUIRED_CODEC_CONFIG_KEYS: tuple[str, ...] = (
-    "acoustic_model_config",
-    "semantic_model_config",
-    "target_bandwidths",
-    "sample_rate",
-    "semantic_sample_rate",
-    "codebook_size",
-    "codebook_dim",
-    "downsample_factor",
-)
-REQUIRED_ACOUSTIC_CONFIG_KEYS: tuple[str, ...] = ("downsampling_ratios", "upsampling_ratios", "hidden_size")
-
-
 def build_codec_config(codec_config: dict) -> HiggsAudioV2TokenizerConfig:
-    """A `HiggsAudioV2TokenizerConfig` from a dict, always from the dict's own values (never the class defaults).
+    """A `HiggsAudioV2TokenizerConfig` from a complete dict (`HiggsAudioV3Config` checks the model's), always from the
+    dict's own values, never the class defaults (which differ from the real codec: 16 quantizers, a hop of 320).
 
     Works on transformers 5.5 (`sub_configs` + `CONFIG_MAPPING`) and 5.24 (`sub_configs_defaults`): both build the
     sub-configs from dicts that carry a `model_type`. The dict is deep-copied (5.5 writes into the sub-config dicts).
     """
-    if not isinstance(codec_config, dict):
-        raise TypeError(f"codec_config must be a dict, got {type(codec_config).__name__}.")
-    missing = [key for key in REQUIRED_CODEC_CONFIG_KEYS if key not in codec_config]
-    if missing:
-        raise ValueError(
-            f"codec_config lacks {missing}: the codec is always built from a complete config (the transformers "
-            "defaults differ from the real codec), e.g. `REAL_CODEC_CONFIG`."
-        )
     config_dict = copy.deepcopy(codec_config)
-    for key, model_type in (("acoustic_model_config", "dac"), ("semantic_model_config", "hubert")):
-        sub = config_dict[key]
-        if not isinstance(sub, dict):
-            raise ValueError(f"codec_config[{key!r}] must be a dict (a {model_type} config), got {sub!r}.")
-        if sub.setdefault("model_type", model_type) != model_type:
-            raise ValueError(
-                f"codec_config[{key!r}] must be a {model_type!r} config, got model_type={sub['model_type']!r}."
-            )
-    missing = [key for key in REQUIRED_ACOUSTIC_CONFIG_KEYS if key not in config_dict["acoustic_model_config"]]
-    if missing:
-        raise ValueError(
-            f"codec_config['acoustic_model_config'] lacks {missing} (their DAC defaults differ from the codec's)."
-        )
+    config_dict["acoustic_model_config"].setdefault("model_type", "dac")
+    config_dict["semantic_model_config"].setdefault("model_type", "hubert")
     return HiggsAudioV2TokenizerConfig(**config_dict)
 
 
 __all__ = [
-    "REQUIRED_CODEC_CONFIG_KEYS",
     "HiggsAudioV3Codec",
     "HiggsAudioV3ResidualVectorQuantization",
     "HiggsAudioV3VectorQuantization",

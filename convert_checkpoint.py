@@ -73,7 +73,7 @@ import torch
 from transformers import PretrainedConfig
 from transformers.utils import logging
 
-from .configuration_higgs_v3 import REAL_CODEC_CONFIG, HiggsAudioV3Config
+from .configuration_higgs_v3 import HiggsAudioV3Config, check_codec_config
 from .conversion.repo import (
     AS_HEAD,
     WEIGHT_DTYPES,
@@ -103,6 +103,7 @@ from .conversion.original_format import (
     ORIGINAL_CODEC_CONFIG_FILE,
     ORIGINAL_MODEL_TYPE,
     ORIGINAL_REPO_ID,
+    REAL_CODEC_CONFIG,
     TEXT_CONFIG_FIELDS,
     TEXT_CONFIG_IGNORED,
     TOP_LEVEL_KNOWN,
@@ -207,7 +208,7 @@ def _codec_candidate(source: OriginalCheckpoint, codec_config: dict | None) -> t
         return "the given codec config (--codec-config / codec_config=)", codec_config
     if source.codec_config is not None:
         return f"{ORIGINAL_CODEC_CONFIG_FILE} in the input folder", source.codec_config
-    return "the real codec config (configuration_higgs_v3.REAL_CODEC_CONFIG)", REAL_CODEC_CONFIG
+    return "the real codec config (conversion.original_format.REAL_CODEC_CONFIG)", REAL_CODEC_CONFIG
 
 
 def _choose_codec(
@@ -231,7 +232,7 @@ def _choose_codec(
         )
     label, candidate = _codec_candidate(source, codec_config)
     try:
-        expected = codec_tensor_shapes(candidate)
+        expected = codec_tensor_shapes(check_codec_config(candidate))
     except (ValueError, TypeError, KeyError) as error:
         raise ConversionError(f"{label[0].upper()}{label[1:]} is not a valid codec config: {error}") from error
     found = {mapped[name].removeprefix("codec."): source.tensors[name].shape for name in codec_keys}

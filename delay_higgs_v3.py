@@ -164,18 +164,26 @@ class HiggsAudioV3AudioSpec:
     frame_rate: int = 25
 
     def __post_init__(self):
-        if self.num_codebooks < 2:
-            raise ValueError(
-                f"num_codebooks must be at least 2 (the delay pattern's end needs a countdown of num_codebooks - 2 "
-                f"rows), got {self.num_codebooks}."
-            )
-        boc, eoc = self.audio_boc_token_id, self.audio_eoc_token_id
+        problems = self.problems(self)
+        if problems:
+            raise ValueError(" ".join(problems))
+
+    @classmethod
+    def problems(cls, source) -> list[str]:
+        """What is wrong with the audio constants of `source` (a spec, a config or a processor: anything with these
+        field names), one sentence each; empty when they agree. `HiggsAudioV3Config` adds its own to these."""
+        num_codebooks, boc, eoc, sampling_rate, frame_rate = (
+            getattr(source, name) for name in ("num_codebooks", "audio_boc_token_id", "audio_eoc_token_id",
+                                               "sampling_rate", "frame_rate"))
+        problems = []
+        if num_codebooks < 2:
+            problems.append(f"num_codebooks must be at least 2 (the delay pattern's end needs a countdown of "
+                            f"num_codebooks - 2 rows), got {num_codebooks}.")
         if boc < 0 or eoc < 0 or boc == eoc:
-            raise ValueError(f"audio_boc_token_id={boc} and audio_eoc_token_id={eoc} must be two different codes >= 0.")
-        if self.sampling_rate <= 0 or self.frame_rate <= 0 or self.sampling_rate % self.frame_rate:
-            raise ValueError(
-                f"sampling_rate={self.sampling_rate} must be a positive multiple of frame_rate={self.frame_rate}."
-            )
+            problems.append(f"audio_boc_token_id={boc} and audio_eoc_token_id={eoc} must be two different codes >= 0.")
+        if sampling_rate <= 0 or frame_rate <= 0 or sampling_rate % frame_rate:
+            problems.append(f"sampling_rate={sampling_rate} must be a positive multiple of frame_rate={frame_rate}.")
+        return problems
 
     @classmethod
     def from_config(cls, config) -> HiggsAudioV3AudioSpec:

@@ -51,11 +51,18 @@ from .audio_io_higgs_v3 import (
 # transformers 5.5 loads remote code from a local directory by copying only the entry module's *direct* relative
 # imports (5.24 and the Hub path follow them recursively), so the modules `audio_io_higgs_v3` needs are imported here.
 from .codec_higgs_v3 import codec_num_frames, resample_audio  # noqa: F401
-from .configuration_higgs_v3 import REAL_CODEC_CONFIG
 from .delay_higgs_v3 import HiggsAudioV3AudioSpec
 
 
 logger = logging.get_logger(__name__)
+
+# The real codec's frame-count parameters (what `codec_num_frames` reads of its config; the whole config is the
+# converter's `conversion.original_format.REAL_CODEC_CONFIG`).
+_REAL_CODEC_FRAMES: dict = {
+    "sample_rate": 24000, "semantic_sample_rate": 16000, "downsample_factor": 320,
+    "acoustic_model_config": {"downsampling_ratios": [8, 5, 4, 2, 3]},
+    "semantic_model_config": {"conv_kernel": [10, 3, 3, 3, 3, 2, 2], "conv_stride": [5, 2, 2, 2, 2, 2, 2]},
+}
 
 TAG_PATTERN = re.compile(r"<\|[^<>|\n]*\|>")
 """Anything that looks like a special token (`<|...|>`, one line, no nested brackets); each match is checked against the
@@ -221,7 +228,7 @@ class HiggsAudioV3Processor(ProcessorMixin):
         # The codec whose frames a reference clip's placeholders count (`codec_num_frames`): the real one, or the model
         # config's with `from_model_config` / `from_pretrained` (the `config.json` beside the processor). Not saved;
         # `generate` checks the counts against the model's codec.
-        self._codec_config = REAL_CODEC_CONFIG
+        self._codec_config = _REAL_CODEC_FRAMES
         self._token_ids = self._lookup_prompt_token_ids()
         self._control_tags, self._structural_tokens = self._classify_added_tokens()
         self._reserved_pattern = self._reserved_token_pattern()

@@ -29,7 +29,7 @@ from higgs_v3 import audio_io_higgs_v3, codec_higgs_v3
 from higgs_v3.audio_io_higgs_v3 import prepare_reference_waveform
 from higgs_v3.codec_higgs_v3 import HiggsAudioV3Codec
 from higgs_v3.testing.tiny import tiny_codec_config
-from higgs_v3.configuration_higgs_v3 import REAL_CODEC_CONFIG
+from higgs_v3.conversion.original_format import REAL_CODEC_CONFIG
 
 
 def parse_args(argv):

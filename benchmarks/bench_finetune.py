@@ -87,11 +87,12 @@ def real_memory(positions: list[int], rank: int) -> list[dict]:
 
     from higgs_v3 import HiggsAudioV3Config
     from higgs_v3.codec_higgs_v3 import HiggsAudioV3Codec
+    from higgs_v3.conversion.original_format import REAL_CODEC_CONFIG
     from higgs_v3.training.finetune import estimate_lora_memory, lora_parameter_count
 
     config = HiggsAudioV3Config()  # the real model's shapes (spec/reference/config.json)
     with torch.device("meta"):
-        codec = HiggsAudioV3Codec.from_codec_config(HiggsAudioV3Config.default_codec_config())
+        codec = HiggsAudioV3Codec.from_codec_config(REAL_CODEC_CONFIG)
     codec_parameters = sum(p.numel() for p in codec.parameters())
     rows = []
     for length in positions:

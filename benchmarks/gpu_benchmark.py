@@ -63,7 +63,7 @@ from transformers import CompileConfig
 
 import _harness as H
 from higgs_v3.testing.tiny import tiny_codec_config
-from higgs_v3.configuration_higgs_v3 import REAL_CODEC_CONFIG
+from higgs_v3.conversion.original_format import REAL_CODEC_CONFIG
 from higgs_v3.modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
 from higgs_v3.streaming_higgs_v3 import HiggsAudioV3AudioStreamer
 

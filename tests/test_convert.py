@@ -27,7 +27,8 @@ from transformers import AutoModel, AutoProcessor, GenerationConfig
 import higgs_v3.convert_checkpoint as cc
 import higgs_v3.conversion.original_format as original_format
 import higgs_v3.conversion.verification as verification
-from higgs_v3.configuration_higgs_v3 import REAL_CODEC_CONFIG, HiggsAudioV3Config
+from higgs_v3.configuration_higgs_v3 import HiggsAudioV3Config
+from higgs_v3.conversion.original_format import REAL_CODEC_CONFIG
 from higgs_v3.conversion.repo import (
     check_output_folder,
     push_folder_to_hub,
@@ -669,7 +670,7 @@ def test_without_a_codec_config_file_the_real_one_is_required(broken, guarded_ou
     message = str(error.value)
     assert message.startswith(
         f"The {_codec_tensor_count(broken)} codec tensors under '{CODEC_PREFIX}' do not match the real codec config "
-        "(configuration_higgs_v3.REAL_CODEC_CONFIG): "
+        "(conversion.original_format.REAL_CODEC_CONFIG): "
     )
     assert re.search(r": \d+ missing \(e\.g\. \['semantic_model\.encoder\.layers\.10\..+\]\); \d+ with another shape "
                      r"\(e\.g\. \['acoustic_decoder\..+ \(the config gives \(.+\)\)'.*\]\)\. Pass", message)

@@ -144,6 +144,8 @@ def test_audio_spec_defaults_and_config():
         (dict(frame_rate=7), "sampling_rate=24000 must be a positive multiple of frame_rate=7."),
         (dict(frame_rate=0), "sampling_rate=24000 must be a positive multiple of frame_rate=0."),
         (dict(sampling_rate=-24000), "sampling_rate=-24000 must be a positive multiple of frame_rate=25."),
+        (dict(num_codebooks=1, frame_rate=0), "rows), got 1. sampling_rate=24000 must be a positive multiple of "
+                                              "frame_rate=0."),  # every problem, in one error
     ],
 )
 def test_audio_spec_validation(fields, message):

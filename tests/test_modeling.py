@@ -17,6 +17,7 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from conftest import tiny_config, tiny_model
 from higgs_v3 import HiggsAudioV3Config, HiggsAudioV3ForConditionalGeneration
+from higgs_v3.conversion.original_format import REAL_CODEC_CONFIG
 from higgs_v3.generation_higgs_v3 import _audio_code_offsets
 from higgs_v3.modeling_higgs_v3 import _codebook_rows
 
@@ -152,13 +153,48 @@ def test_codes_out_of_range(model):
         (dict(codebook_size=1030), r"BOC and EOC must be the last two entries of each codebook"),
         (dict(tts_token_id=200000), r"tts_token_id=200000 must be a token id in 0\.\.151935"),
         (dict(frame_rate=7), r"sampling_rate=24000 must be a positive multiple of frame_rate=7"),
-        (dict(num_codebooks=4, codec_config=HiggsAudioV3Config.default_codec_config()),
+        (dict(num_codebooks=4, codec_config=REAL_CODEC_CONFIG),
          r"codec_config gives 8 quantizers .* but num_codebooks=4"),
     ],
 )
 def test_inconsistent_config(fields, message):
     with pytest.raises(ValueError, match=message):
         tiny_config(**fields)
+
+
+def test_config_names_every_problem_of_its_audio_fields_and_codec_config_at_once():
+    """One validator: the audio fields and the codec config (keys whose transformers defaults differ from the real
+    codec, sub-configs of another kind) are checked together and every problem is named in one `ValueError`."""
+    from higgs_v3.testing.tiny import tiny_codec_config
+
+    with pytest.raises(ValueError) as error:
+        tiny_config(num_codebooks=1, frame_rate=7, tts_token_id=200000)
+    assert str(error.value) == (
+        "num_codebooks must be at least 2 (the delay pattern's end needs a countdown of num_codebooks - 2 rows), got 1. "
+        "sampling_rate=24000 must be a positive multiple of frame_rate=7. "
+        "tts_token_id=200000 must be a token id in 0..151935 (vocab_size=151936).")
+    cases = {
+        "target_bandwidths": "codec_config lacks ['target_bandwidths']: the codec is always built from a complete "
+                             "config (the transformers defaults differ from the real codec), e.g. the converter's "
+                             "`REAL_CODEC_CONFIG`.",
+        "downsampling_ratios": "codec_config['acoustic_model_config'] lacks ['downsampling_ratios'] (their DAC "
+                               "defaults differ from the codec's).",
+        "wavlm": "codec_config['semantic_model_config'] must be a 'hubert' config, got model_type='wavlm'.",
+    }
+    for case, message in cases.items():
+        codec = tiny_codec_config()
+        if case == "wavlm":
+            codec["semantic_model_config"]["model_type"] = "wavlm"
+        else:
+            (codec["acoustic_model_config"] if case == "downsampling_ratios" else codec).pop(case)
+        with pytest.raises(ValueError) as error:
+            tiny_config(codec_config=codec)
+        assert str(error.value) == message
+    codec = tiny_codec_config()
+    codec["sample_rate"], codec["codebook_size"] = 16000, 1000
+    with pytest.raises(ValueError, match=r"^codec_config sample_rate=16000 differs from sampling_rate=24000\. "
+                                         r"codec_config codebook_size=1000 must equal audio_boc_token_id=1024"):
+        tiny_config(codec_config=codec)
 
 
 # ---------------------------------------------------------------------------------------------- round trips

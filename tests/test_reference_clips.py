@@ -32,7 +32,7 @@ from conftest import tiny_model, tiny_tts_model
 
 from higgs_v3 import audio_io_higgs_v3
 from higgs_v3.codec_higgs_v3 import codec_num_frames
-from higgs_v3.configuration_higgs_v3 import REAL_CODEC_CONFIG
+from higgs_v3.conversion.original_format import REAL_CODEC_CONFIG
 from higgs_v3.processing_higgs_v3 import HiggsAudioV3BatchFeature, HiggsAudioV3Processor
 from higgs_v3.testing.tiny import tiny_codec_config
 

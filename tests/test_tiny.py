@@ -15,7 +15,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 from transformers import AutoModel, AutoProcessor
 
-from higgs_v3.configuration_higgs_v3 import REAL_CODEC_CONFIG
+from higgs_v3.conversion.original_format import REAL_CODEC_CONFIG
 from higgs_v3.conversion.repo import check_output_folder
 from higgs_v3.generation_higgs_v3 import MAX_NEW_TOKENS
 from higgs_v3.conversion.original_format import original_config, original_lm_shapes, read_codec_config_file
