@@ -2,8 +2,9 @@
 """The few names that differ across the supported transformers releases (5.5 .. 5.24), detected once at import.
 
 transformers 5.5 calls the KV cache `past_key_values` everywhere (forward kwargs, model outputs, generation kwargs);
-later 5.x releases call it `cache` and keep `past_key_values` as a deprecated alias. We read and write whichever
-name the installed release uses, so no deprecation warning fires and no private helper is imported.
+later 5.x releases call it `cache` and keep `past_key_values` as a deprecated alias. Our `forward` passes whichever
+name the stock loop used on to the backbone and writes its output under the installed release's name, so no
+deprecation warning fires and no private helper is imported.
 
 Tensor parallelism moved too: 5.24 loads with `from_pretrained(..., distributed_config=DistributedConfig(tp_size=N))`
 (`tp_plan=` is deprecated there) and knows a `"replicate"` plan style; 5.5 loads with `tp_plan="auto"` and has no
@@ -27,19 +28,6 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 CACHE_KWARG: str = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
 """Name of the KV cache in forward kwargs, model outputs and generation kwargs for the installed transformers."""
-
-CACHE_KWARGS: tuple[str, ...] = ("cache", "past_key_values")
-
-
-def pop_cache(kwargs: dict):
-    """Remove the cache from `kwargs` under either name and return it (or `None`)."""
-    found = None
-    for name in CACHE_KWARGS:
-        value = kwargs.pop(name, None)
-        if value is not None:
-            found = value
-    return found
-
 
 def _parallel_styles() -> set[str]:
     try:  # transformers >= 5.x with `transformers.distributed.tensor_parallel` (5.24); absent on 5.5
@@ -110,10 +98,8 @@ def prepare_generation_config(
 
 __all__ = [
     "CACHE_KWARG",
-    "CACHE_KWARGS",
     "PIPELINE_MODULES",
     "REPLICATE_STYLE",
-    "pop_cache",
     "prepare_generation_config",
     "replicated",
     "tensor_parallel_kwargs",

@@ -10,7 +10,7 @@ from transformers import Qwen3Config
 from .delay_higgs_v3 import HiggsAudioV3AudioSpec
 
 
-# `register_for_auto_class` keeps one class per object, so the whole map is written explicitly: `pipeline(
+# The model class declares one auto class (`_auto_class`), so the whole map is written explicitly: `pipeline(
 # "text-to-speech")` needs `AutoModelForTextToWaveform`, notebooks use `AutoModel`, the processor has its own file.
 # Only the classes that fit: the model makes waveforms, not spectrograms (a model loaded as a
 # `AutoModelForTextToSpectrogram` makes the text-to-speech pipeline fetch an unrelated vocoder).
@@ -61,6 +61,7 @@ class HiggsAudioV3Config(Qwen3Config):
     """
 
     model_type = "higgs_audio_v3"
+    _auto_class = "AutoConfig"  # `save_pretrained` copies this file and its relative imports beside `config.json`
 
     # Qwen3-4B backbone defaults.
     vocab_size: int = 151936

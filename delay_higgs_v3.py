@@ -36,37 +36,49 @@ import numpy as np
 import torch
 
 
-def check_codes(codes, num_codebooks: int, num_codes: int, where: str, min_frames: int = 1) -> torch.LongTensor:
-    """`codes` as a `LongTensor` on its device if they are integer codes of shape `[..., frames, num_codebooks]`, at
-    least `min_frames` frames, each in `0 .. num_codes - 1`; else one `ValueError` naming `where` and what is wrong.
-
-    The one home of the codes rule: raw codec codes (`num_codes = audio_boc_token_id`: voices, `reference_codes`,
-    training targets) and delayed rows (`num_codes = codebook_size`: `decode_audio`). Reads the range on the host once.
-    """
+def codes_problem(
+    codes, num_codebooks: int, num_codes: int, where: str, min_frames: int = 1, batched: bool = False
+) -> str | None:
+    """None if `codes` are integer codes of shape `[..., frames, num_codebooks]` (`batched`: exactly `[batch, frames,
+    num_codebooks]`), at least `min_frames` frames, each in `0 .. num_codes - 1`; else the sentence naming `where` and
+    what is wrong (reads the range on the host once). `check_codes` raises it."""
     if isinstance(codes, np.ndarray) and np.issubdtype(codes.dtype, np.integer):
         codes = torch.from_numpy(codes)
     integer = isinstance(codes, torch.Tensor) and not (codes.is_floating_point() or codes.is_complex())
     problem = None
     if not integer or codes.dtype == torch.bool:
         problem = type(codes).__name__ + (f" of dtype {codes.dtype}" if hasattr(codes, "dtype") else "")
-    elif codes.dim() < 2 or codes.shape[-1] != num_codebooks or codes.shape[-2] < min_frames:
+    elif (codes.dim() != 3 if batched else codes.dim() < 2) or codes.shape[-1] != num_codebooks or (
+            codes.shape[-2] < min_frames):
         problem = f"shape {tuple(codes.shape)}"
     elif codes.numel() and not torch.compiler.is_compiling():
         low, high = (int(value) for value in codes.aminmax())
         if low < 0 or high >= num_codes:
             problem = f"values from {low} to {high}"
+    return None if problem is None else (
+        f"{where[:1].upper() + where[1:]} must be integer codes [{'batch' if batched else '...'}, frames, "
+        f"{num_codebooks}] with at least {min_frames} frame{'s' if min_frames > 1 else ''}, each in "
+        f"0..{num_codes - 1}; got {problem}."
+    )
+
+
+def check_codes(
+    codes, num_codebooks: int, num_codes: int, where: str, min_frames: int = 1, batched: bool = False
+) -> torch.LongTensor:
+    """`codes` as a `LongTensor` on its device if `codes_problem` finds nothing wrong with them, else its `ValueError`.
+
+    The one home of the codes rule: raw codec codes (`num_codes = audio_boc_token_id`: voices, `reference_codes`,
+    training targets) and delayed rows (`num_codes = codebook_size`: `decode_audio`, `generate`'s reference rows).
+    """
+    problem = codes_problem(codes, num_codebooks, num_codes, where, min_frames, batched)
     if problem is not None:
-        raise ValueError(
-            f"{where[:1].upper() + where[1:]} must be integer codes [..., frames, {num_codebooks}] with at least "
-            f"{min_frames} frame{'s' if min_frames > 1 else ''}, each in 0..{num_codes - 1}; got {problem}."
-        )
-    return codes.long()
+        raise ValueError(problem)
+    return torch.as_tensor(codes).long()
 
 
 def apply_delay_pattern(codes: torch.LongTensor, boc_id: int, eoc_id: int) -> torch.LongTensor:
-    """Delay raw codes `[..., T, C]` into `[..., T + C - 1, C]` (see the module docstring)."""
-    if codes.dim() < 2 or codes.shape[-2] == 0:
-        raise ValueError(f"codes must have shape [..., frames, codebooks] with at least one frame, got {tuple(codes.shape)}.")
+    """Delay raw codes `[..., T, C]`, `T >= 1` (see `check_codes`), into `[..., T + C - 1, C]` (see the module
+    docstring)."""
     num_frames, num_codebooks = codes.shape[-2], codes.shape[-1]
     rows = num_frames + num_codebooks - 1
     row = torch.arange(rows, device=codes.device)[:, None]  # [rows, 1]
@@ -77,11 +89,9 @@ def apply_delay_pattern(codes: torch.LongTensor, boc_id: int, eoc_id: int) -> to
 
 
 def revert_delay_pattern(delayed: torch.LongTensor) -> torch.LongTensor:
-    """Undo the delay: `[..., rows, C]` -> `[..., rows - C + 1, C]` with `R[t, c] = D[t + c, c]`."""
+    """Undo the delay: `[..., rows, C]`, `rows >= C - 1`, -> `[..., rows - C + 1, C]` with `R[t, c] = D[t + c, c]`."""
     rows, num_codebooks = delayed.shape[-2], delayed.shape[-1]
     num_frames = rows - num_codebooks + 1
-    if num_frames < 0:
-        raise ValueError(f"{rows} delayed rows are fewer than the {num_codebooks - 1} rows the delay adds.")
     index = torch.arange(num_frames, device=delayed.device)[:, None] + torch.arange(num_codebooks, device=delayed.device)
     return delayed.gather(-2, index.expand(*delayed.shape[:-2], num_frames, num_codebooks))
 
@@ -239,6 +249,7 @@ class HiggsAudioV3AudioSpec:
 __all__ = [
     "NO_END",
     "check_codes",
+    "codes_problem",
     "HiggsAudioV3AudioSpec",
     "apply_delay_pattern",
     "revert_delay_pattern",

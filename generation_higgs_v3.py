@@ -3,24 +3,15 @@ r"""Delay-pattern generation for Higgs Audio v3 inside transformers' `Generation
 
 We do not fork `GenerationMixin._sample`. As in MusicGen and Dia, the codebook axis goes through the stock loop:
 each batch row `b` becomes `num_codebooks` rows `b * C + c` of `input_ids` (the prompt repeated, then the codes of
-codebook `c`), the model returns the audio logits flattened to `[B * C, positions, codebook_size]`, and the stock loop
-picks one code per row. What is specific to Higgs v3 lives in small pieces around that loop:
-
-- `prepare_inputs_for_generation`: the prefill embeds the prompt (reference placeholders replaced by their rows); each
-  later step embeds the previous row as emitted (fused codebook embedding, replacing the token embedding).
-- `HiggsAudioV3DelayPatternLogitsProcessor`: during the first `C - 1` steps, codebooks `c > step` are forced to BOC.
-- Sampling: temperature / top-k / top-p / min-p are transformers' own warpers, built by `generate` in the spec's order
-  (an unset field applies nothing); the draw, `HiggsAudioV3SeededSampler`, uses a counter-based generator keyed by
-  (row seed, step, codebook), so a row gives the same codes alone or in a batch. The stock loop runs greedy over its
-  one-hot scores.
-- `HiggsAudioV3StoppingCriteria`: per sequence, after the delay window, codebook 0 emitting EOC starts a countdown of
-  `C - 2` more rows; the row on which it reaches 0 is emitted and the sequence stops (finished rows are padded with EOC).
-  The rule itself is `delay_higgs_v3.speech_end_row`, shared with the decoding of rows to audio and the streamers.
-
-All per-step state is a few small tensors updated with masks: no Python loop over rows or codebooks and no host
-synchronisation in our code on the per-step path. The per-step Python is kept lean because a small model's step is
-all dispatch: the newest column is embedded with offsets computed once per call, the decode-step logits are a view,
-and the logits processors' signatures are read once (see `_LogitsProcessorList`).
+codebook `c`), the model returns the audio logits as `[B * C, positions, codebook_size]` (its one layout), and the
+stock loop picks one code per row. What is specific to Higgs v3 lives in small pieces around that loop:
+`prepare_inputs_for_generation` (the prefill embeds the prompt, each later step the previous row with the fused
+codebook embedding), `HiggsAudioV3DelayPatternLogitsProcessor` (BOC in the delay window), the sampling of
+`sampling_higgs_v3` (transformers' warpers in the spec's order, then a draw seeded per sequence, so a row gives the
+same codes alone or in a batch; the stock loop runs greedy over its one-hot scores) and
+`HiggsAudioV3StoppingCriteria` (the end of speech, `delay_higgs_v3.speech_end_row`). `generate` checks its arguments
+once, at its entry (`_audio_generation_config`); nothing on the per-step path checks, loops over rows or codebooks,
+or reads from the device.
 
 The worked example of the spec, with C = 3 (countdown 1):
 
@@ -47,8 +38,8 @@ from transformers.generation.stopping_criteria import EosTokenCriteria, Stopping
 from transformers.generation.streamers import BaseStreamer
 from transformers.utils import ModelOutput, logging
 
-from .delay_higgs_v3 import speech_finished, speech_rows
-from .sampling_higgs_v3 import HiggsAudioV3SeededSampler, check_seed, draw_seed, sampling_warpers
+from .delay_higgs_v3 import codes_problem, speech_finished, speech_rows
+from .sampling_higgs_v3 import HiggsAudioV3SeededSampler, draw_seed, sampling_problems, sampling_warpers, seed_problem
 
 
 logger = logging.get_logger(__name__)
@@ -67,47 +58,19 @@ def default_generation_config(config) -> GenerationConfig:
     nothing else (top-k and top-p written out as off, so that no reader of `generation_config.json` falls back to a
     library default such as transformers' top-k of 50), up to `MAX_NEW_TOKENS` rows. The model's `generation_config`
     and the converter's `generation_config.json` are this. `config` is a `HiggsAudioV3Config`."""
-    return GenerationConfig(
-        do_sample=True,
-        temperature=1.0,
-        top_k=0,
-        top_p=1.0,
-        max_new_tokens=MAX_NEW_TOKENS,
-        use_cache=True,
-        bos_token_id=config.bos_token_id,
-        eos_token_id=config.eos_token_id,
-        pad_token_id=config.pad_token_id,
-    )
+    return GenerationConfig(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=MAX_NEW_TOKENS,
+                            use_cache=True, bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id,
+                            pad_token_id=config.pad_token_id)
 
 
 # Generation options that have no meaning for audio codes, with the value that means "off".
 _UNSUPPORTED_OPTIONS: dict[str, object] = {
-    "num_beams": 1,
-    "num_beam_groups": 1,
-    "num_return_sequences": 1,
-    "penalty_alpha": None,
-    "repetition_penalty": 1.0,
-    "encoder_repetition_penalty": 1.0,
-    "no_repeat_ngram_size": 0,
-    "encoder_no_repeat_ngram_size": 0,
-    "bad_words_ids": None,
-    "force_words_ids": None,
-    "sequence_bias": None,
-    "guidance_scale": None,
-    "typical_p": 1.0,
-    "epsilon_cutoff": 0.0,
-    "eta_cutoff": 0.0,
-    "min_length": 0,
-    "min_new_tokens": None,
-    "prompt_lookup_num_tokens": None,
-    "suppress_tokens": None,
-    "begin_suppress_tokens": None,
-    "forced_bos_token_id": None,
-    "forced_eos_token_id": None,
-    "exponential_decay_length_penalty": None,
-    "watermarking_config": None,
-    "token_healing": False,
-    "dola_layers": None,
+    "num_beams": 1, "num_beam_groups": 1, "num_return_sequences": 1, "penalty_alpha": None, "repetition_penalty": 1.0,
+    "encoder_repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0,
+    "bad_words_ids": None, "force_words_ids": None, "sequence_bias": None, "guidance_scale": None, "typical_p": 1.0,
+    "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "min_length": 0, "min_new_tokens": None, "prompt_lookup_num_tokens": None,
+    "suppress_tokens": None, "begin_suppress_tokens": None, "forced_bos_token_id": None, "forced_eos_token_id": None,
+    "exponential_decay_length_penalty": None, "watermarking_config": None, "token_healing": False, "dola_layers": None,
 }
 _UNSUPPORTED_ARGUMENTS = ("assistant_model", "prefix_allowed_tokens_fn", "negative_prompt_ids", "custom_generate")
 _SUPPORTED = (
@@ -180,13 +143,10 @@ class HiggsAudioV3StoppingCriteria(StoppingCriteria):
     codebook 0 at a row `r >= C` starts a countdown of `C - 2` rows, and row `r + C - 2` is the last one emitted.
 
     Equivalently, a sequence is done at step `t` when codebook 0 emitted EOC at row `t - (C - 2)` (or earlier) and
-    that row is at least `C`. So each step looks back `C - 2` rows at one column of `input_ids` and ORs the result into
-    `ended` (`[batch, C]`, every codebook of a sequence alike); `done` is its flat `[batch * C]` view, the layout of
-    the stock loop's rows. Three tensor ops per step (slice, compare, in-place or), no countdown to keep; `generate`
-    reads lengths and `finished` off the returned rows with `delay_higgs_v3`'s functions, as the decoding of rows to
-    audio (`rows_to_codes`) and the streamers do.
-
-    `eos_token_id` is set (to EOC) because the stock loop pads finished rows only when a criterion has one.
+    that row is at least `C`: each step looks back `C - 2` rows at one column of `input_ids` and ORs the result into
+    `ended` (`[batch, C]`), whose flat view `done` is the stock loop's `[batch * C]` layout. Three tensor ops per step,
+    no countdown; `generate` reads lengths and `finished` off the returned rows. `eos_token_id` is set (to EOC)
+    because the stock loop pads finished rows only when a criterion has one.
     """
 
     def __init__(self, batch_size: int, num_codebooks: int, eoc_token_id: int, prompt_length: int,
@@ -284,45 +244,82 @@ _STOCK_SAMPLING_FIELDS: dict[str, object] = {"temperature": 1.0, "top_k": 50, "t
 
 
 # ---------------------------------------------------------------------------------------------- the mixin
-def _check_call_objects(input_ids, attention_mask, generation_config, logits_processor, stopping_criteria, streamer,
-                        seed, max_positions, kwargs: dict) -> None:
-    """The types and shapes of `generate`'s other arguments, each refused with a `ValueError` that names it (once per
-    call, before any work; the stock loop would fail later with an `AttributeError` or a shape error)."""
+def _argument_problems(input_ids, attention_mask, generation_config, logits_processor, stopping_criteria, streamer,
+                       seed, max_positions, reference_audio, reference_audio_lengths, kwargs: dict) -> list[str]:
+    """What is wrong with the types and shapes of `generate`'s arguments, one sentence each naming the argument (the
+    stock loop would fail later with an `AttributeError` or a shape error)."""
+    problems = [f"generate() does not support `{name}` for audio codes. Supported: {_SUPPORTED}."
+                for name in _UNSUPPORTED_ARGUMENTS if kwargs.get(name) is not None]
+    if kwargs.get("inputs") is not None or kwargs.get("inputs_embeds") is not None:
+        problems.append("generate() takes `input_ids` (from HiggsAudioV3Processor), not `inputs`/`inputs_embeds`.")
+    if kwargs.get("max_length") is not None:
+        problems.append(f"generate() counts audio rows with `max_new_tokens`; got max_length={kwargs['max_length']}. "
+                        "Pass max_new_tokens instead.")
+    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
+        problems.append(f"generate() needs input_ids of shape [batch, length], got {_shape(input_ids)}.")
+    elif input_ids.shape[1] == 0:
+        problems.append("generate() needs at least one prompt position; build the prompt with HiggsAudioV3Processor.")
+    elif attention_mask is not None and _shape(attention_mask) != tuple(input_ids.shape):
+        problems.append(f"attention_mask has shape {_shape(attention_mask)}; it must match input_ids "
+                        f"{tuple(input_ids.shape)}.")
     if generation_config is not None and not isinstance(generation_config, GenerationConfig):
-        raise ValueError(f"generation_config must be a transformers GenerationConfig, got {type(generation_config).__name__}.")
+        problems.append(f"generation_config must be a transformers GenerationConfig, got "
+                        f"{type(generation_config).__name__}.")
     for name, given in (("logits_processor", logits_processor), ("stopping_criteria", stopping_criteria)):
         if given is not None and (not isinstance(given, (list, tuple)) or not all(callable(item) for item in given)):
-            raise ValueError(f"{name} must be a list of callables (a {name.title().replace('_', '')}List), got {given!r:.80}.")
+            problems.append(f"{name} must be a list of callables (a {name.title().replace('_', '')}List), got "
+                            f"{given!r:.80}.")
     if streamer is not None and not (callable(getattr(streamer, "put", None)) and callable(getattr(streamer, "end", None))):
-        raise ValueError(f"streamer must have put() and end() (a transformers BaseStreamer, e.g. model.audio_streamer()), "
-                         f"got {type(streamer).__name__}.")
-    if max_positions is not None and (isinstance(max_positions, bool) or not isinstance(max_positions, int) or max_positions < 1):
-        raise ValueError(f"max_positions must be a positive number of positions or None, got {max_positions!r}.")
-    limit = kwargs.get("max_new_tokens")
+        problems.append("streamer must have put() and end() (a transformers BaseStreamer, e.g. model.audio_streamer()), "
+                        f"got {type(streamer).__name__}.")
+    if max_positions is not None and (isinstance(max_positions, bool) or not isinstance(max_positions, int)
+                                      or max_positions < 1):
+        problems.append(f"max_positions must be a positive number of positions or None, got {max_positions!r}.")
+    limit = kwargs.get("max_new_tokens", getattr(generation_config, "max_new_tokens", None))  # the one that counts
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise ValueError(f"max_new_tokens must be a positive number of audio rows, got {limit!r}.")
-    do_sample = kwargs.get("do_sample")
-    if do_sample is not None and not isinstance(do_sample, bool):
-        raise ValueError(f"do_sample must be True or False, got {do_sample!r}.")
-    if seed is not None and not isinstance(seed, int):
-        values = seed.tolist() if hasattr(seed, "tolist") else seed  # numpy / torch integers and arrays
-        values = [values] if isinstance(values, int) else values
-        if not isinstance(values, (list, tuple)) or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-            raise ValueError(f"seed must be an int or a list of ints (one per sequence), got {seed!r:.80}.")
-    if isinstance(input_ids, torch.Tensor) and input_ids.dim() == 2:
-        if input_ids.shape[1] == 0:
-            raise ValueError("generate() needs at least one prompt position; build the prompt with HiggsAudioV3Processor.")
-        if attention_mask is not None and tuple(attention_mask.shape) != tuple(input_ids.shape):
-            raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)}; it must match input_ids "
-                             f"{tuple(input_ids.shape)}.")
+        problems.append(f"max_new_tokens must be a positive number of audio rows, got {limit!r}.")
+    if kwargs.get("do_sample") is not None and not isinstance(kwargs["do_sample"], bool):
+        problems.append(f"do_sample must be True or False, got {kwargs['do_sample']!r}.")
+    if reference_audio_lengths is not None and reference_audio is None:
+        problems.append("reference_audio_lengths was given without reference_audio; pass the processor's whole "
+                        "output (model.generate(**inputs)).")
+    return problems + _seed_problems(seed, input_ids.shape[0] if not problems else None)
+
+
+def _shape(value) -> object:
+    """How a problem names an argument: a tensor's shape as a tuple, None as None, anything else its type's name."""
+    return tuple(value.shape) if isinstance(value, torch.Tensor) else value and type(value).__name__
+
+
+def _seed_problems(seed, batch_size: int | None) -> list[str]:
+    """`seed`: None, an int, or one int per sequence (a list, an array, a `[batch]` tensor), each in the seed range."""
+    values = seed.tolist() if hasattr(seed, "tolist") else seed  # numpy / torch integers and arrays
+    if seed is None or (isinstance(values, int) and not isinstance(values, bool)):
+        return [problem for problem in [seed is not None and seed_problem(values)] if problem]
+    if not isinstance(values, (list, tuple)) or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return [f"seed must be an int or a list of ints (one per sequence), got {seed!r:.80}."]
+    if batch_size is not None and len(values) != batch_size:
+        return [f"seed must be an int or one seed per sequence ({batch_size}), got shape {(len(values),)}."]
+    return [problem for problem in (seed_problem(value, "every seed") for value in values) if problem][:1]
+
+
+def _option_problems(generation_config: GenerationConfig) -> list[str]:
+    """The merged generation options that have no meaning for audio codes, and sampling fields outside the spec's
+    ranges."""
+    problems = [f"generate() does not support {name}={value!r} for audio codes (it has no meaning for the 8-codebook "
+                f"delay pattern). Supported: {_SUPPORTED}."
+                for name, off in _UNSUPPORTED_OPTIONS.items()
+                for value in [getattr(generation_config, name, off)] if value is not None and value != off]
+    return problems + (sampling_problems(generation_config) if generation_config.do_sample else [])
 
 
 class HiggsAudioV3GenerationMixin(GenerationMixin):
     r"""`generate` for Higgs Audio v3: the delay-pattern state machine around transformers' stock decoding loop.
 
-    The steps, each a method of a screen: `_audio_generation_config` (options checked, the stock loop's config),
-    `_audio_generation_pieces` (our logits processors and stopping criterion), the stock `generate` over `B * C`
-    rows, and `_audio_generation_output` (lengths, flags, codes and waveforms read off the returned rows).
+    The steps, each a method of a screen: `_audio_generation_config` (every argument checked once, the stock loop's
+    config), `merge_reference_clips` (the model's, once), `_audio_generation_pieces` (our logits processors and
+    stopping criterion), the stock `generate` over `B * C` rows, and `_audio_generation_output` (lengths, flags,
+    codes and waveforms read off the returned rows).
     """
 
     @torch.no_grad()
@@ -385,22 +382,19 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         >>> out.finished, out.audio[0].shape  # doctest: +SKIP
         ```
         """
-        self._check_generate_arguments(input_ids, kwargs)
-        _check_call_objects(input_ids, attention_mask, generation_config, logits_processor, stopping_criteria, streamer,
-                            seed, max_positions, kwargs)
-        self._check_speech_prompts(input_ids, attention_mask)
-        if output_audio and getattr(self, "codec", None) is None:
-            raise ValueError(
-                "output_audio=True needs the codec, and this model has none (config.codec_config is None): load a "
-                "converted checkpoint that includes it, or leave output_audio unset to get codes."
-            )
-        generation_config, model_kwargs, warpers, return_dict = self._audio_generation_config(generation_config, kwargs)
-        audio_input_ids, audio_input_ids_mask = self._reference_clip_rows(
-            audio_input_ids, audio_input_ids_mask, reference_audio, reference_audio_lengths
+        if output_audio:
+            self._require_codec("output_audio=True")
+        generation_config, model_kwargs, warpers, return_dict = self._audio_generation_config(
+            input_ids, attention_mask, audio_input_ids, audio_input_ids_mask, generation_config, logits_processor,
+            stopping_criteria, streamer, seed, max_positions, reference_audio, reference_audio_lengths, kwargs
         )
+        if reference_audio is not None:  # the clips encoded once, before the loop
+            audio_input_ids = self.merge_reference_clips(
+                audio_input_ids, reference_audio, reference_audio_lengths, audio_input_ids_mask
+            )
+            audio_input_ids_mask = None
         num_codebooks = self.config.num_codebooks
         batch_size, prompt_length = input_ids.shape
-        self._limit_positions(generation_config, prompt_length, max_positions)
         processors, stopper = self._audio_generation_pieces(
             generation_config, warpers, seed, batch_size, prompt_length, input_ids.device
         )
@@ -429,107 +423,27 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         return self._audio_generation_output(outputs, batch_size, prompt_length, return_dict, output_audio)
 
     # -------------------------------------------------------------------------------------- generate, step by step
-    def _check_generate_arguments(self, input_ids: torch.LongTensor | None, kwargs: dict) -> None:
-        for name in _UNSUPPORTED_ARGUMENTS:
-            if kwargs.get(name) is not None:
-                raise ValueError(f"generate() does not support `{name}` for audio codes. Supported: {_SUPPORTED}.")
-        if kwargs.get("inputs") is not None or kwargs.get("inputs_embeds") is not None:
-            raise ValueError("generate() takes `input_ids` (from HiggsAudioV3Processor), not `inputs`/`inputs_embeds`.")
-        if kwargs.get("max_length") is not None:
-            raise ValueError(
-                f"generate() counts audio rows with `max_new_tokens`; got max_length={kwargs['max_length']}. "
-                "Pass max_new_tokens instead."
-            )
-        if input_ids is None or input_ids.dim() != 2:
-            shape = None if input_ids is None else tuple(input_ids.shape)
-            raise ValueError(f"generate() needs input_ids of shape [batch, length], got {shape}.")
-
-    def _reference_clip_rows(
-        self,
-        audio_input_ids: torch.LongTensor | None,
-        audio_input_ids_mask: torch.Tensor | None,
-        reference_audio: torch.Tensor | None,
-        reference_audio_lengths: torch.LongTensor | None,
-    ) -> tuple[torch.LongTensor | None, torch.Tensor | None]:
-        """The reference rows with the processor's clips encoded in (`merge_reference_clips`, once per call, before
-        the loop), or as given without clips; rows marked for clips without `reference_audio` are refused."""
-        if reference_audio is not None:
-            rows = self.merge_reference_clips(
-                audio_input_ids, reference_audio, reference_audio_lengths, audio_input_ids_mask
-            )
-            return rows, None
-        if reference_audio_lengths is not None:
-            raise ValueError("reference_audio_lengths was given without reference_audio; pass the processor's whole "
-                             "output (model.generate(**inputs)).")
-        if audio_input_ids is not None and audio_input_ids.numel() and not torch.compiler.is_compiling():
-            if bool((audio_input_ids[..., 0] == self.config.audio_placeholder_id).any()):  # one host read per call
-                raise ValueError(
-                    f"audio_input_ids has rows marked for reference clips (the placeholder id "
-                    f"{self.config.audio_placeholder_id}) but no reference_audio was given; pass the processor's whole "
-                    "output (model.generate(**inputs)): the clips' waveforms are in reference_audio and "
-                    "reference_audio_lengths."
-                )
-        return audio_input_ids, audio_input_ids_mask
-
-    def _check_speech_prompts(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None) -> None:
-        """Refuse `input_ids` that are not TTS prompts (`<|tts|> ... <|text|> ... <|audio|>`, left padded): plain
-        tokenizer output would generate sound without a word. Once per call, up front (one host read), never per step.
-        """
-        if torch.compiler.is_compiling():
-            return
-        config = self.config
-        first = attention_mask.long().argmax(-1, keepdim=True) if attention_mask is not None else None  # [B, 1]
-        starts = input_ids[:, :1] if first is None else input_ids.gather(1, first)  # [B, 1] first real token
-        valid = (
-            (starts[:, 0] == config.tts_token_id)
-            & (input_ids[:, -1] == config.audio_start_token_id)
-            & (input_ids == config.text_token_id).any(-1)
-        )  # [B]
-        if attention_mask is not None:
-            valid &= attention_mask[:, -1].bool()
-        if not bool(valid.all()):
-            rows = torch.nonzero(~valid).flatten().tolist()
-            if bool((input_ids[rows, -1] == config.audio_placeholder_id).any()):
-                raise ValueError(
-                    f"input_ids row(s) {rows} end in audio placeholders: they are training examples "
-                    "(processor(text=..., audio_target=...), the prompt followed by the target's rows), which "
-                    "teacher-force a forward pass; generate takes the prompt alone: processor(text) or "
-                    "processor.apply_chat_template(conversation, tokenize=True, return_dict=True)."
-                )
-            raise ValueError(
-                f"input_ids row(s) {rows} are not Higgs Audio v3 speech prompts (<|tts|> ... <|text|> TEXT <|audio|>, "
-                "left padded); plain tokenizer output would generate sound without a word. Build the inputs with "
-                "HiggsAudioV3Processor: processor(text) or processor.apply_chat_template(conversation, tokenize=True, "
-                "return_dict=True) (with a pipeline, pass processor=processor)."
-            )
-
     def _audio_generation_config(
-        self, generation_config: GenerationConfig | None, kwargs: dict
+        self, input_ids, attention_mask, audio_input_ids, audio_input_ids_mask, generation_config, logits_processor,
+        stopping_criteria, streamer, seed, max_positions, reference_audio, reference_audio_lengths, kwargs: dict
     ) -> tuple[GenerationConfig, dict, list[LogitsProcessor] | None, bool]:
-        """The user's options, checked, and the config the stock loop runs with. Returns `(config for the stock loop,
-        model kwargs, the sampling warpers (None for greedy decoding), whether the caller asked for a dict output)`."""
-        defaults = self.generation_config
-        if defaults.max_new_tokens is None:  # a model built from a config, not loaded with its defaults
-            defaults = default_generation_config(self.config)
-        generation_config = copy.deepcopy(generation_config if generation_config is not None else defaults)
-        # What a caller's config leaves unset comes from the model's defaults (transformers' rule), before the sampling
-        # warpers are read. Greedy decoding asked for here drops the sampling defaults the caller did not set, so that
-        # transformers' validation does not warn about them (e.g. the default top_k=0 under do_sample=False).
-        for name, value in defaults.to_dict().items():
-            if not name.startswith("_") and hasattr(generation_config, name) and getattr(generation_config, name) is None:
-                setattr(generation_config, name, value)
-        if kwargs.get("do_sample") is False:
-            for name in _STOCK_SAMPLING_FIELDS:
-                if name not in kwargs:
-                    setattr(generation_config, name, None)
-        try:
-            model_kwargs = generation_config.update(**kwargs)
-        except TypeError as error:  # transformers' validation comparing an option of the wrong type
-            options = ", ".join(f"{k}={v!r}" for k, v in kwargs.items() if hasattr(generation_config, k))
-            raise ValueError(f"generate() options of the wrong type ({options}): {error}.") from error
-        if generation_config.max_new_tokens is None:  # e.g. transformers 5.5's pipeline drops it when it sets max_length
-            generation_config.max_new_tokens = defaults.max_new_tokens or MAX_NEW_TOKENS
-        self._check_generation_options(generation_config)
+        """THE validator of `generate`'s arguments: each is checked once, every problem named in one `ValueError`
+        (the arguments' types and shapes first; then the merged options, the positions, the prompts and the reference
+        rows). Returns `(config for the stock loop, model kwargs, the sampling warpers (None for greedy decoding),
+        whether the caller asked for a dict output)`."""
+        problems = _argument_problems(input_ids, attention_mask, generation_config, logits_processor,
+                                      stopping_criteria, streamer, seed, max_positions, reference_audio,
+                                      reference_audio_lengths, kwargs)
+        if not problems:
+            generation_config, model_kwargs, problems = self._merged_generation_config(generation_config, kwargs)
+        if not problems:
+            problems = _option_problems(generation_config) or [
+                *self._limit_positions(generation_config, input_ids.shape[1], max_positions),
+                *self._prompt_problems(input_ids, attention_mask),
+                *self._reference_row_problems(input_ids, audio_input_ids, audio_input_ids_mask, reference_audio),
+            ]
+        if problems:
+            raise ValueError(" ".join(problems))
         return_dict = generation_config.return_dict_in_generate
         warpers = sampling_warpers(generation_config) if generation_config.do_sample else None
         # *** Higgs v3 specific: what the stock loop is told, changed here in the open ***
@@ -544,28 +458,53 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         # *** end Higgs v3 specific ***
         return generation_config, model_kwargs, warpers, return_dict
 
-    def _limit_positions(self, generation_config: GenerationConfig, prompt_length: int, max_positions: int | None) -> None:
-        """Keep prompt plus rows within `max_positions` (see `MAX_POSITIONS`): refuse a prompt that fills it, clip
-        `max_new_tokens` with a warning that names the numbers. With `max_positions=None`, prompt plus rows must still fit
-        the model's position embeddings (`max_position_embeddings`): more is a `ValueError` before anything runs."""
+    def _merged_generation_config(
+        self, generation_config: GenerationConfig | None, kwargs: dict
+    ) -> tuple[GenerationConfig, dict, list[str]]:
+        """The caller's config (a copy), what it leaves unset from the model's defaults (transformers' rule), then the
+        keyword options. Returns `(config, model kwargs, problems)`: options of a type transformers' validation cannot
+        compare are a problem."""
+        defaults = self.generation_config
+        if defaults.max_new_tokens is None:  # a model built from a config, not loaded with its defaults
+            defaults = default_generation_config(self.config)
+        generation_config = copy.deepcopy(generation_config if generation_config is not None else defaults)
+        for name, value in defaults.to_dict().items():
+            if not name.startswith("_") and hasattr(generation_config, name) and getattr(generation_config, name) is None:
+                setattr(generation_config, name, value)
+        # Greedy decoding asked for here drops the sampling defaults the caller did not set, so that transformers'
+        # validation does not warn about them (e.g. the default top_k=0 under do_sample=False).
+        if kwargs.get("do_sample") is False:
+            for name in _STOCK_SAMPLING_FIELDS:
+                if name not in kwargs:
+                    setattr(generation_config, name, None)
+        try:
+            model_kwargs = generation_config.update(**kwargs)
+        except TypeError as error:  # transformers' validation comparing an option of the wrong type
+            options = ", ".join(f"{k}={v!r}" for k, v in kwargs.items() if hasattr(generation_config, k))
+            return generation_config, {}, [f"generate() options of the wrong type ({options}): {error}."]
+        if generation_config.max_new_tokens is None:  # e.g. transformers 5.5's pipeline drops it when it sets max_length
+            generation_config.max_new_tokens = defaults.max_new_tokens or MAX_NEW_TOKENS
+        return generation_config, model_kwargs, []
+
+    def _limit_positions(self, generation_config: GenerationConfig, prompt_length: int, max_positions: int | None
+                         ) -> list[str]:
+        """Keep prompt plus rows within `max_positions` (see `MAX_POSITIONS`): a prompt that fills it is a problem, a
+        `max_new_tokens` that passes it is clipped with a warning that names the numbers. With `max_positions=None`,
+        prompt plus rows must still fit the model's position embeddings (`max_position_embeddings`)."""
         if max_positions is None:
             # *** Higgs v3 specific: no request beyond the positions the model was built for, even with the limit lifted ***
             embeddings = getattr(self.config.get_text_config(), "max_position_embeddings", None)
             if embeddings is not None and prompt_length + generation_config.max_new_tokens > embeddings:
-                raise ValueError(
-                    f"max_new_tokens={generation_config.max_new_tokens} after a {prompt_length}-position prompt passes "
-                    f"the model's max_position_embeddings={embeddings}; pass at most "
-                    f"{max(embeddings - prompt_length, 0)} (or keep the default max_positions={MAX_POSITIONS})."
-                )
+                return [f"max_new_tokens={generation_config.max_new_tokens} after a {prompt_length}-position prompt "
+                        f"passes the model's max_position_embeddings={embeddings}; pass at most "
+                        f"{max(embeddings - prompt_length, 0)} (or keep the default max_positions={MAX_POSITIONS})."]
             # *** end Higgs v3 specific ***
-            return
+            return []
         room = max_positions - prompt_length
         if room < 1:
-            raise ValueError(
-                f"The prompt has {prompt_length} positions, but one request may use at most max_positions="
-                f"{max_positions} (prompt plus generated rows, the official server's limit). Use a shorter reference "
-                "clip or text (synthesize_long splits long text), or pass max_positions=None to lift the limit."
-            )
+            return [f"The prompt has {prompt_length} positions, but one request may use at most max_positions="
+                    f"{max_positions} (prompt plus generated rows, the official server's limit). Use a shorter reference "
+                    "clip or text (synthesize_long splits long text), or pass max_positions=None to lift the limit."]
         if generation_config.max_new_tokens > room:
             logger.warning(
                 f"max_new_tokens={generation_config.max_new_tokens} after a {prompt_length}-position prompt would pass "
@@ -573,6 +512,64 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
                 f"{room} rows."
             )
             generation_config.max_new_tokens = room
+        return []
+
+    def _prompt_problems(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None) -> list[str]:
+        """`input_ids` that are not TTS prompts (`<|tts|> ... <|text|> ... <|audio|>`, left padded): plain tokenizer
+        output would generate sound without a word. One host read per call, never per step."""
+        if torch.compiler.is_compiling():
+            return []
+        config = self.config
+        first = attention_mask.long().argmax(-1, keepdim=True) if attention_mask is not None else None  # [B, 1]
+        starts = input_ids[:, :1] if first is None else input_ids.gather(1, first)  # [B, 1] first real token
+        valid = (
+            (starts[:, 0] == config.tts_token_id)
+            & (input_ids[:, -1] == config.audio_start_token_id)
+            & (input_ids == config.text_token_id).any(-1)
+        )  # [B]
+        if attention_mask is not None:
+            valid &= attention_mask[:, -1].bool()
+        if bool(valid.all()):
+            return []
+        rows = torch.nonzero(~valid).flatten().tolist()
+        if bool((input_ids[rows, -1] == config.audio_placeholder_id).any()):
+            return [f"input_ids row(s) {rows} end in audio placeholders: they are training examples "
+                    "(processor(text=..., audio_target=...), the prompt followed by the target's rows), which "
+                    "teacher-force a forward pass; generate takes the prompt alone: processor(text) or "
+                    "processor.apply_chat_template(conversation, tokenize=True, return_dict=True)."]
+        return [f"input_ids row(s) {rows} are not Higgs Audio v3 speech prompts (<|tts|> ... <|text|> TEXT <|audio|>, "
+                "left padded); plain tokenizer output would generate sound without a word. Build the inputs with "
+                "HiggsAudioV3Processor: processor(text) or processor.apply_chat_template(conversation, tokenize=True, "
+                "return_dict=True) (with a pipeline, pass processor=processor)."]
+
+    def _reference_row_problems(self, input_ids, audio_input_ids, audio_input_ids_mask, reference_audio) -> list[str]:
+        """The reference rows against the prompts (one host read each, never per step): integer codes of the model's
+        codebooks, rows marked for clips only with `reference_audio`, and one row per placeholder."""
+        placeholder = self.config.audio_placeholder_id
+        num_placeholders = int((input_ids == placeholder).sum())
+        if audio_input_ids is None:
+            return [f"input_ids has {num_placeholders} reference placeholder positions (id {placeholder}) but no "
+                    "audio_input_ids were given."] if num_placeholders else []
+        if not isinstance(audio_input_ids, torch.Tensor) or (audio_input_ids_mask is not None and tuple(
+                audio_input_ids_mask.shape) != tuple(audio_input_ids.shape[:-1])):
+            return [f"audio_input_ids must be a tensor of delayed reference rows, [rows, {self.config.num_codebooks}] "
+                    f"or [batch, rows, {self.config.num_codebooks}] with an audio_input_ids_mask [batch, rows]; got "
+                    f"{_shape(audio_input_ids)} and a mask of {_shape(audio_input_ids_mask)}."]
+        marked = audio_input_ids == placeholder  # rows of clips (all codebooks), filled by `merge_reference_clips`
+        problem = codes_problem(audio_input_ids.masked_fill(marked, 0), self.config.num_codebooks,
+                                self.config.codebook_size, "the reference rows (audio_input_ids)")
+        if problem is not None:
+            return [problem]
+        if reference_audio is None and bool(marked.any()):
+            return [f"audio_input_ids has rows marked for reference clips (the placeholder id {placeholder}) but no "
+                    "reference_audio was given; pass the processor's whole output (model.generate(**inputs)): the clips' "
+                    "waveforms are in reference_audio and reference_audio_lengths."]
+        num_rows = int(audio_input_ids_mask.sum()) if audio_input_ids_mask is not None else (
+            audio_input_ids.numel() // self.config.num_codebooks)
+        if num_rows != num_placeholders:
+            return [f"input_ids has {num_placeholders} reference placeholder positions (id {placeholder}) but "
+                    f"audio_input_ids has {num_rows} rows; each placeholder takes exactly one delayed reference row."]
+        return []
 
     def _audio_generation_pieces(
         self,
@@ -591,7 +588,9 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
             HiggsAudioV3DelayPatternLogitsProcessor(num_codebooks, self.config.audio_boc_token_id, prompt_length),
         ]
         if warpers is not None:
-            seeds = self._sequence_seeds(seed, batch_size, device)
+            seed = draw_seed() if seed is None else seed  # once per call
+            values = seed.tolist() if hasattr(seed, "tolist") else seed
+            seeds = torch.tensor(values if isinstance(values, (list, tuple)) else [values] * batch_size, device=device)
             processors.append(HiggsAudioV3SeededSampler(seeds, num_codebooks, prompt_length))
         stopper = HiggsAudioV3StoppingCriteria(batch_size, num_codebooks, self.config.audio_eoc_token_id, prompt_length, device)
         return processors, stopper
@@ -608,7 +607,13 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         end_row = spec.speech_end_row(rows[..., 0])  # [B]
         lengths = speech_rows(end_row, spec.num_codebooks, rows.shape[1])
         finished = speech_finished(end_row, spec.num_codebooks, rows.shape[1])
-        self._warn_unfinished(finished)
+        if not bool(finished.all()):
+            logger.warning(
+                f"Sequence(s) {torch.nonzero(~finished).flatten().tolist()} reached max_new_tokens without ending "
+                "(codebook 0 emitted no EOC, or the rows after it did not fit): this is the model's known runaway "
+                "failure, usually followed by a silent tail. They are flagged in `finished`; consider shorter text "
+                "chunks or another seed."
+            )
         if not return_dict:
             return rows
         codes, code_lengths = spec.rows_to_codes(rows, lengths)
@@ -631,40 +636,6 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
             attentions=getattr(outputs, "attentions", None),
             hidden_states=getattr(outputs, "hidden_states", None),
         )
-
-    # -------------------------------------------------------------------------------------- generate helpers
-    def _check_generation_options(self, generation_config: GenerationConfig) -> None:
-        for name, off in _UNSUPPORTED_OPTIONS.items():
-            value = getattr(generation_config, name, off)
-            if value is not None and value != off:
-                raise ValueError(
-                    f"generate() does not support {name}={value!r} for audio codes (it has no meaning for the "
-                    f"8-codebook delay pattern). Supported: {_SUPPORTED}."
-                )
-        limit = generation_config.max_new_tokens
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"max_new_tokens must be a positive number of audio rows, got {limit!r}.")
-
-    def _sequence_seeds(self, seed, batch_size: int, device: torch.device) -> torch.LongTensor:
-        if seed is None:
-            seed = draw_seed()  # once per call
-        if isinstance(seed, int):
-            return torch.full((batch_size,), check_seed(seed), dtype=torch.long, device=device)
-        seeds = torch.as_tensor(seed, dtype=torch.long)
-        if seeds.shape != (batch_size,):
-            raise ValueError(f"seed must be an int or one seed per sequence ({batch_size}), got shape {tuple(seeds.shape)}.")
-        for value in seeds.tolist():  # once per call, before any step
-            check_seed(value, "every seed")
-        return seeds.to(device)
-
-    def _warn_unfinished(self, finished: torch.BoolTensor) -> None:
-        if not bool(finished.all()):
-            rows = torch.nonzero(~finished).flatten().tolist()
-            logger.warning(
-                f"Sequence(s) {rows} reached max_new_tokens without ending (codebook 0 emitted no EOC, or the rows after "
-                "it did not fit): this is the model's known runaway failure, usually followed by a silent tail. They "
-                "are flagged in `finished`; consider shorter text chunks or another seed."
-            )
 
     # -------------------------------------------------------------------------------------- stock loop hooks
     def _get_logits_processor(self, *args, **kwargs) -> LogitsProcessorList:
@@ -697,7 +668,6 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         # rows, codebook 0's; then the embeddings of the positions this step feeds ***
         num_codebooks = self.config.num_codebooks
         model_inputs = super().prepare_inputs_for_generation(input_ids[::num_codebooks], **kwargs)
-        model_inputs["_codebook_rows"] = True  # logits as [B * C, positions, codebook_size], one codebook per row
         window = model_inputs["input_ids"].shape[1]  # positions this step feeds
         num_generated = input_ids.shape[1] - audio_prompt_length
         if num_generated == 0:  # prefill: the prompt, placeholders replaced inside forward
@@ -713,9 +683,7 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         else:  # without a cache: the whole prompt again, then every row
             grid = input_ids.view(-1, num_codebooks, input_ids.shape[1])  # [B, C, L + n]
             rows = grid[:, :, audio_prompt_length:].transpose(1, 2)  # [B, n, C]: rows as emitted
-            prompt = self.build_inputs_embeds(
-                grid[:, 0, :audio_prompt_length], audio_input_ids, audio_input_ids_mask, check_inputs=False
-            )
+            prompt = self.build_inputs_embeds(grid[:, 0, :audio_prompt_length], audio_input_ids, audio_input_ids_mask)
             inputs_embeds = torch.cat([prompt, self.embed_audio_rows(rows).to(prompt.dtype)], dim=1)[:, -window:]
         model_inputs["input_ids"] = None
         model_inputs["inputs_embeds"] = inputs_embeds

@@ -34,16 +34,18 @@ class HiggsAudioV3RowTracker(BaseStreamer):
 
     def put(self, value: torch.Tensor) -> None:
         """Receive the newest delayed row(s): `[batch, num_codebooks]` or `[batch, k, num_codebooks]`."""
-        num_codebooks = self.spec.num_codebooks
+        num_codebooks, batch = self.spec.num_codebooks, None if self.end_row is None else self.end_row.shape[0]
         if value.dim() not in (2, 3) or value.shape[-1] != num_codebooks:
-            raise ValueError(
-                f"A Higgs Audio v3 streamer takes delayed rows [batch, {num_codebooks}] (or [batch, k, {num_codebooks}]),"
-                f" got shape {tuple(value.shape)}; do not pass the prompt."
-            )
+            problem = (f"A Higgs Audio v3 streamer takes delayed rows [batch, {num_codebooks}] (or [batch, k, "
+                       f"{num_codebooks}]), got shape {tuple(value.shape)}; do not pass the prompt.")
+        elif batch not in (None, value.shape[0]):
+            problem = f"The batch size changed from {batch} to {value.shape[0]} while streaming."
+        else:
+            problem = None
+        if problem is not None:
+            raise ValueError(problem)
         if value.dim() == 2:
             value = value[:, None, :]  # [B, 1, C]
-        if self.end_row is not None and value.shape[0] != self.end_row.shape[0]:
-            raise ValueError(f"The batch size changed from {self.end_row.shape[0]} to {value.shape[0]} while streaming.")
         value = value.detach().to(device="cpu", dtype=torch.long)
         end_row = self.spec.speech_end_row(value[:, :, 0], first_row=self.num_rows)  # [B]
         self.end_row = end_row if self.end_row is None else torch.minimum(self.end_row, end_row)
@@ -113,15 +115,13 @@ class HiggsAudioV3AudioStreamer(HiggsAudioV3RowTracker):
         context_frames: int = 12,
         timeout: float | None = None,
     ):
-        if getattr(model, "codec", None) is None:
-            raise ValueError("Streaming audio needs the model's codec; this model has none (config.codec_config is None).")
+        self.codec = model._require_codec("Streaming audio")
         if first_chunk_frames < 1 or chunk_frames < 1 or context_frames < 0:
             raise ValueError(
                 f"first_chunk_frames ({first_chunk_frames}) and chunk_frames ({chunk_frames}) must be at least 1 and "
                 f"context_frames ({context_frames}) at least 0."
             )
         super().__init__(model.config.audio_spec, keep_rows=True)
-        self.codec = model.codec
         self.first_chunk_frames = first_chunk_frames
         self.chunk_frames = chunk_frames
         self.context_frames = context_frames

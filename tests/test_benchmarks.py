@@ -145,8 +145,8 @@ def test_pinned_model_never_stops_and_eoc_logit_is_zero(tiny_pair):
     inputs = H.ours_prompt(ours.config, 2, 12)
     out = ours.generate(**inputs, max_new_tokens=30, do_sample=False, return_dict_in_generate=True)
     assert out.lengths.tolist() == [30, 30] and not out.finished.any()
-    logits = ours(**inputs).logits  # [B, L, C, V]
-    assert torch.all(logits[..., 0, ours.config.audio_eoc_token_id] == 0)
+    logits = ours(**inputs).logits.view(2, 8, -1, 1026)  # [B * C, L, V] -> [B, C, L, V]
+    assert torch.all(logits[:, 0, :, ours.config.audio_eoc_token_id] == 0)
 
 
 def test_qwen3_baseline_is_the_same_backbone_and_head(tiny_pair):
@@ -155,7 +155,7 @@ def test_qwen3_baseline_is_the_same_backbone_and_head(tiny_pair):
     ours_hidden = ours.model(inputs_embeds=embeds).last_hidden_state
     torch.testing.assert_close(baseline.model(inputs_embeds=embeds).last_hidden_state, ours_hidden, rtol=0, atol=0)
     assert baseline.lm_head.weight.shape == (8 * 1026, ours.config.hidden_size)
-    torch.testing.assert_close(baseline.lm_head(ours_hidden), ours.audio_logits(ours_hidden).flatten(-2))
+    torch.testing.assert_close(baseline.lm_head(ours_hidden), ours.audio_head(ours_hidden))
 
 
 def test_prompts_have_the_asked_length_and_layout(tiny_pair):

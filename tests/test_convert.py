@@ -733,7 +733,7 @@ def test_untied_heads_are_written_and_match_the_reference_forward(untied_origina
     input_ids, rows = verification.verification_prompt(model.config)
     reference = verification.reference_audio_logits(source, input_ids, rows, torch.float32)
     with torch.no_grad():
-        logits = model(input_ids=input_ids, audio_input_ids=rows).logits[0]
+        logits = model(input_ids=input_ids, audio_input_ids=rows).logits.transpose(0, 1)  # [C, L, V] -> [L, C, V]
     assert verification.compare_logits(logits, reference)[0] < 1e-4
     # The reference really uses the untied head: with the embedding instead, the logits differ.
     tied_logits = (model.model(input_ids=None, inputs_embeds=model.build_inputs_embeds(input_ids, rows))
@@ -856,7 +856,7 @@ def test_reference_forward_matches_the_converted_model(original, converted):
     input_ids, rows = verification.verification_prompt(model.config)
     reference = verification.reference_audio_logits(read_original(original), input_ids, rows, torch.bfloat16)
     with torch.no_grad():
-        logits = model(input_ids=input_ids, audio_input_ids=rows).logits[0]
+        logits = model(input_ids=input_ids, audio_input_ids=rows).logits.transpose(0, 1)  # [C, L, V] -> [L, C, V]
     max_abs_diff, tolerance = verification.compare_logits(logits, reference)
     assert max_abs_diff <= 1e-4 < tolerance
     # A wrong mapping (q_norm and k_norm swapped) is caught.
@@ -865,7 +865,7 @@ def test_reference_forward_matches_the_converted_model(original, converted):
         q_norm = layer.q_norm.weight.clone()
         layer.q_norm.weight.copy_(layer.k_norm.weight)
         layer.k_norm.weight.copy_(q_norm)
-        swapped = model(input_ids=input_ids, audio_input_ids=rows).logits[0]
+        swapped = model(input_ids=input_ids, audio_input_ids=rows).logits.transpose(0, 1)
     with pytest.raises(ConversionError, match=r"Verification failed: the converted model's audio logits differ from "
                                               r"the original tensors' forward by max \|diff\| = \S+, above the "
                                               r"tolerance \S+\."):

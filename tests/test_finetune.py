@@ -140,7 +140,8 @@ def test_teacher_forcing_equals_generation(processor, with_reference):
     with torch.no_grad():
         forward = model(**example)
     steps = torch.stack(out.logits, dim=1)[0]  # [rows, C, V]
-    assert torch.allclose(forward.logits[0, prompt_length - 1 : -1], steps, atol=1e-4, rtol=1e-4)
+    logits = forward.logits.transpose(0, 1)  # [C, L, V] (one example) -> [L, C, V]
+    assert torch.allclose(logits[prompt_length - 1 : -1], steps, atol=1e-4, rtol=1e-4)
     # The loss is the cross-entropy of exactly those logits against the generated rows.
     expected = torch.stack([torch.nn.functional.cross_entropy(steps[:, c], out.sequences[0, :, c]) for c in range(C)])
     assert torch.allclose(forward.audio_loss_per_codebook, expected, atol=1e-4)

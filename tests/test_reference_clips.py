@@ -309,11 +309,6 @@ def test_generate_refusals(tts_model, processor):
     )):
         tts_model.generate(**without, max_new_tokens=ROWS)
     with pytest.raises(ValueError, match=re.escape(
-        "reference_audio has dtype torch.bfloat16; the codec encodes float32 waveforms (a lower precision copy changes "
-        "the clip's codes). Pass the processor's output as it is (its .to() keeps reference_audio float32)."
-    )):
-        tts_model.generate(**{**inputs, "reference_audio": inputs["reference_audio"].bfloat16()}, max_new_tokens=ROWS)
-    with pytest.raises(ValueError, match=re.escape(
         "reference_audio_lengths [24001] must be positive integers and add up to the 24000 samples of reference_audio "
         "(the clips one after another)."
     )):
@@ -322,13 +317,6 @@ def test_generate_refusals(tts_model, processor):
         "reference_audio_lengths [24000.0] must be positive integers and add up to the 24000 samples"
     )):
         tts_model.generate(**{**inputs, "reference_audio_lengths": torch.tensor([24000.0])}, max_new_tokens=ROWS)
-    nan = inputs["reference_audio"].clone()
-    nan[5] = float("nan")
-    with pytest.raises(ValueError, match=re.escape(
-        "reference_audio has NaN or infinite samples; pass the processor's output (it refuses such clips) or clean "
-        "waveforms."
-    )):
-        tts_model.generate(**{**inputs, "reference_audio": nan}, max_new_tokens=ROWS)
     with pytest.raises(ValueError, match=re.escape(
         "reference_audio must be the clips' waveforms one after another, [total samples] (as the processor returns "
         "it), got shape (1, 24000)."

@@ -584,7 +584,7 @@ def test_tiny_random_model_loads_with_remote_code(tiny_random_dir):
     assert model.codec is not None
     ids = torch.tensor([[151667, 151672, 9707, 151670]])
     logits = model(input_ids=ids).logits
-    assert logits.shape == (1, 4, 8, 1026)
+    assert logits.shape == (8, 4, 1026)  # [batch * num_codebooks, positions, codebook_size]
     # Random codebooks: a clip encodes to varied codes, and different codes decode to different audio.
     torch.manual_seed(0)
     codes = model.codec.encode(torch.randn(1, 1, 960 * 6) * 0.3)
