@@ -1,16 +1,10 @@
 # Copyright 2026 the higgs-v3 authors. Licensed under the Apache License, Version 2.0.
 """The bundled audio codec: the Higgs Audio v2 tokenizer, built from transformers' X-Codec blocks, without torchaudio.
 
-Architecture (X-Codec style, as transformers' `HiggsAudioV2TokenizerModel`): a HuBERT semantic branch at 16 kHz, a DAC
-acoustic encoder/decoder at 24 kHz and an 8-level residual VQ (codebook 1024, dimension 64) over the concatenated
-features, one frame per 960 samples (25 frames per second). The state_dict names are exactly those of
-`HiggsAudioV2TokenizerModel`, so the original checkpoint's codec tensors load unchanged.
-
-What differs from transformers' class (which imports `torchaudio` at module level, and torchaudio has no build for
-current torch): the 24 kHz -> 16 kHz resample in front of HuBERT is `resample_audio`, torchaudio's algorithm written
-in plain torch (same outputs, tests/test_resample.py). Everything else is transformers' code: `XcodecModel`'s
-`__init__`/`encode`/`decode` and X-Codec's VQ blocks, plus the two linear projections per VQ level that the Higgs
-variant adds.
+As transformers' `HiggsAudioV2TokenizerModel` (same state_dict names, so the original checkpoint's codec tensors load
+unchanged): a HuBERT semantic branch at 16 kHz, a DAC acoustic encoder/decoder at 24 kHz and an 8-level residual VQ,
+one frame per 960 samples. That class imports `torchaudio` (no build for current torch); here the resample in front of
+HuBERT is `resample_audio`, torchaudio's algorithm in plain torch. Beside the codec: its placement in a device map.
 """
 
 from __future__ import annotations
@@ -122,9 +116,8 @@ def resample_audio(waveform: torch.Tensor, orig_sr: int, target_sr: int) -> torc
 
 
 def codec_num_frames(num_samples: int, codec_config: dict | HiggsAudioV2TokenizerConfig) -> int:
-    """Frames the codec's `encode` returns for `num_samples` samples at its `sample_rate`, without a codec (a pure
-    function of the config, a `HiggsAudioV2TokenizerConfig` or its dict, e.g. `REAL_CODEC_CONFIG`), as CSM's processor
-    counts audio tokens: the processor lays out a clip's placeholders with it, `HiggsAudioV3Codec.num_frames` is it.
+    """Frames the codec's `encode` returns for `num_samples` samples, a pure function of its config (or its dict), as
+    CSM's processor counts audio tokens: the processor lays out a clip's placeholders with it.
 
     The semantic branch sets the count: the clip resampled to `semantic_sample_rate` (`resampled_length`), padded by
     `downsample_factor // 2` on each side, through HuBERT's convolutions (`conv_kernel`, `conv_stride`), every
@@ -149,10 +142,8 @@ def codec_num_frames(num_samples: int, codec_config: dict | HiggsAudioV2Tokenize
     return max(0, math.ceil(length / keep_every))
 
 
-# ---------------------------------------------------------------------------------------------------------------
 # *** Higgs Audio v2 specific *** the residual VQ projects the 1024-wide features to the 64-wide codebooks and back
 # (X-Codec's quantizer has no projections). Same names as transformers' `HiggsAudioV2TokenizerVectorQuantization`.
-# ---------------------------------------------------------------------------------------------------------------
 class HiggsAudioV3VectorQuantization(XcodecVectorQuantization):
     """One VQ level: `project_in` (hidden -> codebook_dim), X-Codec's Euclidean codebook, `project_out` (back)."""
 
@@ -185,16 +176,11 @@ class HiggsAudioV3Codec(XcodecModel):
     r"""
     The Higgs Audio v2 tokenizer: 24 kHz mono audio <-> `num_quantizers` (8) codes per frame at 25 frames per second.
 
-    Derived from transformers' `XcodecModel`, whose `__init__`, `encode`, `decode` and `forward` do the work (ours
-    only add the Higgs VQ levels and a float32 pin), with the state_dict names of `HiggsAudioV2TokenizerModel`; the
-    semantic feature extraction is overridden to resample with `resample_audio` instead of importing torchaudio. Build
-    it with [`~HiggsAudioV3Codec.from_codec_config`]. It is float32 always (the transposed convolutions of the decoder
-    are unstable in half precision): a cast of the model that holds it (`model.to(torch.bfloat16)`, `half()`) leaves
-    its weights float32, bit for bit, and moves them with the model to its device.
-
-    `encode` maps `N >= hop_length` samples to `T = num_frames(N)` frames (`codec_num_frames`: `N / 960` when `N` is
-    a multiple of 960), `decode` maps `T` frames to exactly `T * 960` samples. Its callers (the model's
-    `encode_reference` / `encode_target`, `decode_audio`, the streamer) check what they hand it.
+    transformers' `XcodecModel` does the work; ours adds the Higgs VQ levels, the resample without torchaudio and a
+    float32 pin (the decoder's transposed convolutions are unstable in half precision): a cast of the model that holds
+    it (`model.to(torch.bfloat16)`, `half()`) leaves its weights float32, bit for bit, and moves them to its device.
+    `encode` maps `N >= hop_length` samples to `num_frames(N)` frames, `decode` `T` frames to `T * 960` samples; its
+    callers (the model's `encode_reference` / `encode_target`, `decode_audio`, the streamer) check what they hand it.
 
     Example:
 
@@ -330,19 +316,15 @@ def build_codec_config(codec_config: dict) -> HiggsAudioV2TokenizerConfig:
     return HiggsAudioV2TokenizerConfig(**config_dict)
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# *** Higgs v3 specific: the codec as one unit of a device map. The codec runs outside the model's `forward` (its
-# `encode` / `decode` are called), on the device of its own device-map entry. accelerate treats a "cpu" or "disk"
-# entry next to an accelerator as *offloaded*: the weights are replaced by meta tensors and copied to the accelerator
-# by hooks around each `forward`. The point of giving the codec its own entry is to run it there, off the accelerator;
-# so its hooks are removed and its weights put back on the device of its entry (a "disk" entry: on the CPU). ***
-# ---------------------------------------------------------------------------------------------------------------
+# *** Higgs v3 specific: the codec as one unit of a device map. It runs outside the model's `forward`, on the device
+# of its own entry. accelerate treats a "cpu" or "disk" entry next to an accelerator as *offloaded* (meta weights,
+# copied to the accelerator by hooks around each `forward`), but the point of the codec's own entry is to run it
+# there: so its hooks are removed and its weights put back on the device of its entry (a "disk" entry: the CPU). ***
 def codec_device_map(device_map, top_level_modules: tuple[str, ...]):
-    """`from_pretrained`'s `device_map` with the codec as one unit. A dict that splits the codec over several entries
-    is refused. `{"": "cuda:0", "codec": "cpu"}` -> `{"model": "cuda:0", ..., "lm_head": "cuda:0", "codec": "cpu"}`:
-    the root entry given to each of `top_level_modules` without an entry of its own (accelerate places all of a root
-    entry's submodules on its device first, the codec too, which fails when the codec is offloaded to the disk). Any
-    other map (a string, a dict without a root entry or with deeper entries, `"model.layers.3"`) is returned as given.
+    """`from_pretrained`'s `device_map` with the codec as one unit: a dict that splits it is refused, and
+    `{"": "cuda:0", "codec": "cpu"}` -> `{"model": "cuda:0", ..., "codec": "cpu"}`, the root entry given to each of
+    `top_level_modules` without an entry (accelerate would place the codec on the root's device first, which fails
+    when it is offloaded to the disk). Other maps (strings, deeper entries like `"model.layers.3"`) come back as given.
     """
     if not isinstance(device_map, dict):
         return device_map
@@ -359,9 +341,8 @@ def codec_device_map(device_map, top_level_modules: tuple[str, ...]):
 
 
 def place_codec(model) -> None:
-    """Make `model.codec` run on the device its `model.hf_device_map` entry names (`"cpu"` and `"disk"`: the CPU):
-    weights offloaded by accelerate are loaded there and the codec's hooks removed. Nothing to do without a codec or a
-    device map (calling it again changes nothing); the model's `from_pretrained` calls it.
+    """Make `model.codec` run on the device its `model.hf_device_map` entry names (`"cpu"` and `"disk"`: the CPU),
+    offloaded weights loaded there, hooks removed; nothing to do without a device map. `from_pretrained` calls it.
 
     ```python
     >>> placement = {"": "cuda:0", "codec": "cpu"}
@@ -409,16 +390,7 @@ def place_codec(model) -> None:
 
 
 __all__ = [
-    "HiggsAudioV3Codec",
-    "HiggsAudioV3ResidualVectorQuantization",
-    "HiggsAudioV3VectorQuantization",
-    "RESAMPLE_LOWPASS_FILTER_WIDTH",
-    "RESAMPLE_ROLLOFF",
-    "build_codec_config",
-    "codec_device_map",
-    "codec_num_frames",
-    "place_codec",
-    "resample_audio",
-    "resample_kernel",
-    "resampled_length",
+    "HiggsAudioV3Codec", "HiggsAudioV3ResidualVectorQuantization", "HiggsAudioV3VectorQuantization",
+    "RESAMPLE_LOWPASS_FILTER_WIDTH", "RESAMPLE_ROLLOFF", "build_codec_config", "codec_device_map", "codec_num_frames",
+    "place_codec", "resample_audio", "resample_kernel", "resampled_length",
 ]

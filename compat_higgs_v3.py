@@ -63,13 +63,11 @@ def tensor_parallel_kwargs(tp_size: int | None = None) -> dict:
 
 
 PIPELINE_MODULES: tuple[tuple[str, str], ...] = (("transformers.pipelines.text_to_audio", "TextToAudioPipeline"),)
-"""(module, class) of the pipelines whose `_default_generation_config` `prepare_generation_config` ranks below the
-model's generation config."""
+"""(module, class) of the pipelines whose `_default_generation_config` ranks below the model's generation config."""
 
 
 def _is_pipeline_default(generation_config: GenerationConfig | None) -> bool:
-    """Whether `generation_config` is a pipeline class's own default object (only the pipeline itself passes that one:
-    transformers 5.5's `Pipeline.__init__` hands `self._default_generation_config` to `_prepare_generation_config`)."""
+    """Whether `generation_config` is a pipeline class's own default object (only the pipeline itself passes it)."""
     if generation_config is None:
         return False
     for module_name, class_name in PIPELINE_MODULES:
@@ -82,11 +80,8 @@ def _is_pipeline_default(generation_config: GenerationConfig | None) -> bool:
 def prepare_generation_config(
     model, generation_config: GenerationConfig | None, **kwargs
 ) -> tuple[GenerationConfig, dict]:
-    """`GenerationMixin._prepare_generation_config` (user kwargs > `generation_config` > the model's generation config
-    > global defaults), except that a pipeline's own default config (see `_is_pipeline_default`) ranks below the
-    model's generation config: its values fill only what the model's config leaves unset, so a converted repo's
-    `max_new_tokens` holds in `pipeline("text-to-speech")` on transformers 5.5 as on later releases. Any other
-    `generation_config` (a user's) keeps its priority. Returns `(generation_config, model_kwargs)` as the original."""
+    """`GenerationMixin._prepare_generation_config`, except that a pipeline's own default config ranks below the
+    model's generation config (it fills only what the model's leaves unset); a user's keeps its priority."""
     if _is_pipeline_default(generation_config):
         merged = copy.deepcopy(model.generation_config)
         for key, value in generation_config.to_diff_dict().items():
@@ -96,11 +91,5 @@ def prepare_generation_config(
     return GenerationMixin._prepare_generation_config(model, generation_config, **kwargs)
 
 
-__all__ = [
-    "CACHE_KWARG",
-    "PIPELINE_MODULES",
-    "REPLICATE_STYLE",
-    "prepare_generation_config",
-    "replicated",
-    "tensor_parallel_kwargs",
-]
+__all__ = ["CACHE_KWARG", "PIPELINE_MODULES", "REPLICATE_STYLE", "prepare_generation_config", "replicated",
+           "tensor_parallel_kwargs"]

@@ -20,10 +20,9 @@ Reverting reads the diagonal back: `R[t, c] = D[t + c, c]` for `t` in `0 .. rows
 
 Generation ends the same way (spec §6): codebook 0 is not checked during the delay window (rows `0 .. C - 1`); its first
 EOC at a row `r >= C` ends speech with `T = r` frames, and `C - 2` more rows follow, so `r + C - 1` rows in all (rows 4
-and 5 above, with `r = 4`). `speech_end_row` / `speech_rows` / `speech_finished` are that rule: `generate`'s lengths and
-flags, the decoding of rows to audio and the streamers call them (the stopping criterion applies the same rule one
-column per step, without keeping any state beyond a flag). `rows_to_codes` is the one way from generated rows to the
-codes the codec decodes, and `HiggsAudioV3AudioSpec` holds the audio constants with the rows / frames / seconds
+and 5 above, with `r = 4`). `speech_end_row` / `speech_rows` / `speech_finished` are that rule (for `generate`, the
+decoding of rows to audio and the streamers), `rows_to_codes` the one way from generated rows to codec codes,
+`check_codes` the codes rule, and `HiggsAudioV3AudioSpec` the audio constants with the rows / frames / seconds
 arithmetic, so that no other module writes `num_codebooks - 1` itself.
 """
 
@@ -39,9 +38,9 @@ import torch
 def codes_problem(
     codes, num_codebooks: int, num_codes: int, where: str, min_frames: int = 1, batched: bool = False
 ) -> str | None:
-    """None if `codes` are integer codes of shape `[..., frames, num_codebooks]` (`batched`: exactly `[batch, frames,
+    """None if `codes` are integer codes `[..., frames, num_codebooks]` (`batched`: exactly `[batch, frames,
     num_codebooks]`), at least `min_frames` frames, each in `0 .. num_codes - 1`; else the sentence naming `where` and
-    what is wrong (reads the range on the host once). `check_codes` raises it."""
+    what is wrong (one host read of the range)."""
     if isinstance(codes, np.ndarray) and np.issubdtype(codes.dtype, np.integer):
         codes = torch.from_numpy(codes)
     integer = isinstance(codes, torch.Tensor) and not (codes.is_floating_point() or codes.is_complex())
@@ -65,11 +64,9 @@ def codes_problem(
 def check_codes(
     codes, num_codebooks: int, num_codes: int, where: str, min_frames: int = 1, batched: bool = False
 ) -> torch.LongTensor:
-    """`codes` as a `LongTensor` on its device if `codes_problem` finds nothing wrong with them, else its `ValueError`.
-
-    The one home of the codes rule: raw codec codes (`num_codes = audio_boc_token_id`: voices, `reference_codes`,
-    training targets) and delayed rows (`num_codes = codebook_size`: `decode_audio`, `generate`'s reference rows).
-    """
+    """`codes` as a `LongTensor` if `codes_problem` finds nothing wrong, else its `ValueError`: THE codes rule, for raw
+    codec codes (`num_codes = audio_boc_token_id`: voices, reference codes, targets) and delayed rows (`num_codes =
+    codebook_size`: `decode_audio`, `generate`'s reference rows)."""
     problem = codes_problem(codes, num_codebooks, num_codes, where, min_frames, batched)
     if problem is not None:
         raise ValueError(problem)
@@ -153,9 +150,8 @@ def rows_to_codes(
 @dataclass(frozen=True)
 class HiggsAudioV3AudioSpec:
     r"""
-    The audio constants that the model, the processor and the streamers agree on, with the rows / frames / seconds
-    arithmetic of the delay pattern. Built from a config (`config.audio_spec`) or from a processor's settings; the
-    field names are the config's. Validated once here, for whoever builds it.
+    The audio constants that the model, the processor and the streamers agree on (the config's field names), with the
+    rows / frames / seconds arithmetic of the delay pattern; validated here, for whoever builds it.
 
     Example:
 
@@ -247,14 +243,6 @@ class HiggsAudioV3AudioSpec:
 
 
 __all__ = [
-    "NO_END",
-    "check_codes",
-    "codes_problem",
-    "HiggsAudioV3AudioSpec",
-    "apply_delay_pattern",
-    "revert_delay_pattern",
-    "rows_to_codes",
-    "speech_end_row",
-    "speech_finished",
-    "speech_rows",
+    "NO_END", "HiggsAudioV3AudioSpec", "apply_delay_pattern", "check_codes", "codes_problem", "revert_delay_pattern",
+    "rows_to_codes", "speech_end_row", "speech_finished", "speech_rows",
 ]

@@ -45,19 +45,15 @@ from .sampling_higgs_v3 import HiggsAudioV3SeededSampler, draw_seed, sampling_pr
 logger = logging.get_logger(__name__)
 
 MAX_NEW_TOKENS: int = 2048
-"""The official server's limit of generated rows (about 82 s of audio at 25 frames per second); the default of
-`max_new_tokens`."""
-
+"""The official server's limit of generated rows (about 82 s of audio); the default of `max_new_tokens`."""
 MAX_POSITIONS: int = 4096
-"""The official server's limit on one request's positions, prompt plus generated rows: `generate` refuses a longer
-prompt and clips `max_new_tokens` (with a warning naming the numbers) to stay within it. `max_positions=None` lifts it."""
+"""The official server's limit on one request's positions, prompt plus generated rows (`generate(max_positions=)`)."""
 
 
 def default_generation_config(config) -> GenerationConfig:
-    """The generation defaults of the official server, the one home of these values: sampling at temperature 1.0 and
-    nothing else (top-k and top-p written out as off, so that no reader of `generation_config.json` falls back to a
-    library default such as transformers' top-k of 50), up to `MAX_NEW_TOKENS` rows. The model's `generation_config`
-    and the converter's `generation_config.json` are this. `config` is a `HiggsAudioV3Config`."""
+    """The official server's generation defaults, their one home (the model's `generation_config`, the converter's
+    `generation_config.json`): sampling at temperature 1.0 and nothing else (top-k and top-p written out as off, so no
+    reader falls back to a library default such as a top-k of 50), up to `MAX_NEW_TOKENS` rows."""
     return GenerationConfig(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=MAX_NEW_TOKENS,
                             use_cache=True, bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id,
                             pad_token_id=config.pad_token_id)
@@ -85,23 +81,15 @@ class HiggsAudioV3GenerationOutput(ModelOutput):
     r"""
     Output of [`HiggsAudioV3ForConditionalGeneration.generate`] with `return_dict_in_generate=True`.
 
-    sequences (`torch.LongTensor` of shape `[batch, rows, num_codebooks]`):
-        The delayed rows as generated. After a sequence finished its rows are padded with EOC
-        (`config.audio_eoc_token_id`); `lengths` tells how many rows are valid.
-    lengths (`torch.LongTensor` of shape `[batch]`):
-        Valid rows per sequence (T + num_codebooks - 1 for T frames when the sequence finished).
-    finished (`torch.BoolTensor` of shape `[batch]`):
-        Whether each sequence ended by itself (EOC and countdown) before `max_new_tokens`. `False` is the model's
-        known runaway failure: the sequence was cut at the limit.
-    audio_codes (`torch.LongTensor` of shape `[batch, frames, num_codebooks]`):
-        The de-delayed codes, every code >= BOC (a stray BOC/EOC, or padding) replaced by 0.
-    audio_code_lengths (`torch.LongTensor` of shape `[batch]`):
-        Valid frames per sequence: `max(lengths - (num_codebooks - 1), 0)`.
-    audio (`list[torch.FloatTensor]`, *optional*):
-        One 1-D waveform per sequence at `config.sampling_rate`, `audio_code_lengths[i] * samples_per_frame` samples,
-        when the model has a codec and `output_audio` is not False.
-    scores / logits (`tuple[torch.FloatTensor]`, *optional*):
-        Per step, `[batch, num_codebooks, codebook_size]`, when `output_scores` / `output_logits` are set.
+    sequences (`[batch, rows, num_codebooks]`): the delayed rows as generated, padded with EOC after a sequence ended.
+    lengths (`[batch]`): valid rows per sequence (T + num_codebooks - 1 for T frames when it finished).
+    finished (`[batch]`): whether each sequence ended by itself (EOC and countdown) before `max_new_tokens`; `False`
+        is the model's known runaway failure, cut at the limit.
+    audio_codes (`[batch, frames, num_codebooks]`): the de-delayed codes, every code >= BOC replaced by 0.
+    audio_code_lengths (`[batch]`): valid frames per sequence, `max(lengths - (num_codebooks - 1), 0)`.
+    audio (`list[torch.FloatTensor]`, *optional*): one 1-D waveform per sequence at `config.sampling_rate`, when the
+        model has a codec and `output_audio` is not False.
+    scores / logits (`tuple[torch.FloatTensor]`, *optional*): per step, `[batch, num_codebooks, codebook_size]`.
     """
 
     sequences: torch.LongTensor | None = None
@@ -195,8 +183,7 @@ class _LogitsProcessorList(LogitsProcessorList):
 
 
 class _RowStreamer(BaseStreamer):
-    """Hands the user's streamer one `[batch, num_codebooks]` row per step instead of the flat `[batch * C]` codes;
-    the prompt that the stock loop puts first is not forwarded."""
+    """Hands the user's streamer one `[batch, num_codebooks]` row per step, not the stock loop's prompt and `[B * C]`."""
 
     def __init__(self, streamer: BaseStreamer, num_codebooks: int):
         self.streamer = streamer
@@ -214,9 +201,8 @@ class _RowStreamer(BaseStreamer):
 
 
 class HiggsAudioV3ProgressBar(LogitsProcessor):
-    """`generate(..., monitor_progress=True)`: a tqdm bar of the rows generated, out of `max_new_tokens` (a sequence
-    that ends its speech earlier stops the bar there). It counts calls (one per step) and reads nothing from the
-    device: the scores pass through untouched."""
+    """`generate(..., monitor_progress=True)`: a tqdm bar of the rows generated, out of `max_new_tokens`. It counts
+    calls (one per step) and reads nothing from the device: the scores pass through untouched."""
 
     def __init__(self, total: int):
         from tqdm.auto import tqdm
@@ -232,8 +218,8 @@ class HiggsAudioV3ProgressBar(LogitsProcessor):
 
 
 def _audio_code_offsets(batch_size: int, num_codebooks: int, codebook_size: int, device) -> torch.LongTensor:
-    """`[batch * C, 1]`: `c * codebook_size` for stock-loop row `b * C + c`, whose codes index rows
-    `c * codebook_size + code` of the fused embedding. Computed once per call, added to the newest column each step."""
+    """`[batch * C, 1]`: `c * codebook_size` for stock-loop row `b * C + c` (its codes' offset in the fused
+    embedding), computed once per call and added to the newest column each step."""
     codebook = torch.arange(batch_size * num_codebooks, device=device) % num_codebooks
     return (codebook * codebook_size)[:, None]
 
@@ -314,13 +300,9 @@ def _option_problems(generation_config: GenerationConfig) -> list[str]:
 
 
 class HiggsAudioV3GenerationMixin(GenerationMixin):
-    r"""`generate` for Higgs Audio v3: the delay-pattern state machine around transformers' stock decoding loop.
-
-    The steps, each a method of a screen: `_audio_generation_config` (every argument checked once, the stock loop's
-    config), `merge_reference_clips` (the model's, once), `_audio_generation_pieces` (our logits processors and
-    stopping criterion), the stock `generate` over `B * C` rows, and `_audio_generation_output` (lengths, flags,
-    codes and waveforms read off the returned rows).
-    """
+    r"""`generate` for Higgs Audio v3: `_audio_generation_config` (every argument checked once, the stock loop's
+    config), `merge_reference_clips` (once), `_audio_generation_pieces` (our logits processors and stopping
+    criterion), the stock `generate` over `B * C` rows, `_audio_generation_output` (read off the returned rows)."""
 
     @torch.no_grad()
     def generate(
@@ -345,31 +327,22 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         Generate delayed code rows (and waveforms) for a batch of prompts built by `HiggsAudioV3Processor`.
 
         Args:
-            input_ids (`[batch, length]`): left-padded prompts; reference placeholders (`config.audio_placeholder_id`)
-                take the rows of `audio_input_ids`.
-            audio_input_ids / audio_input_ids_mask: the delayed reference rows, as in `forward`.
-            reference_audio (`[S_0 + ... + S_{K-1}]`, float32) / reference_audio_lengths (`[K]`): the waveforms of
-                reference clips, one after another, and their lengths in samples, as the processor returns them for
-                `reference=clip`; each clip is encoded once with the model's codec before the decoding loop and fills
-                the rows the processor marked for it (`merge_reference_clips`), so the speech equals that of
-                `reference=model.encode_reference(clip)`.
-            attention_mask (`[batch, length]`): 0 on left padding (all ones when omitted).
+            input_ids (`[batch, length]`) / audio_input_ids / audio_input_ids_mask / attention_mask: left-padded
+                prompts and their delayed reference rows, as in `forward` (the mask all ones when omitted).
+            reference_audio / reference_audio_lengths: the processor's reference clips, each encoded once before the
+                loop into the rows marked for it (`merge_reference_clips`): the speech of `encode_reference(clip)`.
             generation_config / kwargs: `do_sample`, `temperature`, `top_k`, `top_p`, `min_p`, `max_new_tokens` (audio
                 rows, default `MAX_NEW_TOKENS` = 2048), `use_cache`, `cache_implementation`, `return_dict_in_generate`,
                 `output_scores`, `output_logits`. An unset `top_k` / `top_p` / `min_p` applies nothing. Beam search,
                 assisted decoding, repetition penalties, bad words and the like raise a `ValueError`.
             streamer: receives each new row as a `[batch, num_codebooks]` tensor (`put`), then `end()`.
-            seed: `int` (every sequence uses it) or one seed per sequence (list or `[batch]` tensor), in
-                `[0, 2**62)`. A sequence with a given seed gets the same codes alone or inside any batch. Without a
-                seed, one is drawn from torch's global RNG (so `torch.manual_seed` makes runs repeatable). Ignored for
-                greedy decoding.
+            seed: `int` or one per sequence (list or `[batch]` tensor), in `[0, 2**62)`: a sequence gets the same codes
+                alone or in any batch. Default: drawn from torch's global RNG. Ignored for greedy decoding.
             output_audio: decode waveforms with the codec (default: when `return_dict_in_generate` and a codec).
-            max_positions: the most positions of one request, prompt plus rows (default `MAX_POSITIONS`, the official
-                server's 4096): a longer prompt is refused, a `max_new_tokens` that would pass it is clipped with a
-                warning. In a batch the limit is read against the longest prompt (one `max_new_tokens` for all), so
-                a sequence that reaches it may get fewer rows than alone. None lifts the limit.
-            monitor_progress (`bool`, defaults to False): show a tqdm bar of the rows generated (for notebooks: the
-                default limit is 2048 rows, minutes on a CPU). It counts steps and reads nothing from the device.
+            max_positions: the most positions of one request, prompt plus rows (default `MAX_POSITIONS`): a longer
+                prompt is refused, a `max_new_tokens` that would pass it is clipped with a warning (against the longest
+                prompt of a batch). None lifts the limit.
+            monitor_progress (`bool`, defaults to False): show a tqdm bar of the rows generated.
 
         Returns:
             `HiggsAudioV3GenerationOutput` when `return_dict_in_generate=True`, else the delayed rows
@@ -395,9 +368,7 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
             audio_input_ids_mask = None
         num_codebooks = self.config.num_codebooks
         batch_size, prompt_length = input_ids.shape
-        processors, stopper = self._audio_generation_pieces(
-            generation_config, warpers, seed, batch_size, prompt_length, input_ids.device
-        )
+        processors, stopper = self._audio_generation_pieces(warpers, seed, batch_size, prompt_length, input_ids.device)
         progress = HiggsAudioV3ProgressBar(generation_config.max_new_tokens) if monitor_progress else None
         # *** Higgs v3 specific: the stock loop runs over B * C rows, row b * C + c holding codebook c ***
         try:
@@ -488,9 +459,8 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
 
     def _limit_positions(self, generation_config: GenerationConfig, prompt_length: int, max_positions: int | None
                          ) -> list[str]:
-        """Keep prompt plus rows within `max_positions` (see `MAX_POSITIONS`): a prompt that fills it is a problem, a
-        `max_new_tokens` that passes it is clipped with a warning that names the numbers. With `max_positions=None`,
-        prompt plus rows must still fit the model's position embeddings (`max_position_embeddings`)."""
+        """Prompt plus rows within `max_positions`: a prompt that fills it is a problem, a `max_new_tokens` that
+        passes it is clipped with a warning; with `max_positions=None`, within the model's position embeddings."""
         if max_positions is None:
             # *** Higgs v3 specific: no request beyond the positions the model was built for, even with the limit lifted ***
             embeddings = getattr(self.config.get_text_config(), "max_position_embeddings", None)
@@ -515,8 +485,8 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         return []
 
     def _prompt_problems(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None) -> list[str]:
-        """`input_ids` that are not TTS prompts (`<|tts|> ... <|text|> ... <|audio|>`, left padded): plain tokenizer
-        output would generate sound without a word. One host read per call, never per step."""
+        """Rows of `input_ids` that are not left-padded TTS prompts (`<|tts|> ... <|text|> ... <|audio|>`): plain
+        tokenizer output would generate sound without a word. One host read per call."""
         if torch.compiler.is_compiling():
             return []
         config = self.config
@@ -572,16 +542,10 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         return []
 
     def _audio_generation_pieces(
-        self,
-        generation_config: GenerationConfig,
-        warpers: list[LogitsProcessor] | None,
-        seed,
-        batch_size: int,
-        prompt_length: int,
-        device: torch.device,
+        self, warpers: list[LogitsProcessor] | None, seed, batch_size: int, prompt_length: int, device: torch.device
     ) -> tuple[list[LogitsProcessor], HiggsAudioV3StoppingCriteria]:
-        """Our logits processors, in the order they run after the user's (the sampling warpers, the delay pattern's
-        BOC, the seeded draw; `warpers` is None for greedy decoding), and the end-of-speech criterion."""
+        """Our logits processors, run after the user's (the warpers (None: greedy), the delay pattern's BOC, the
+        seeded draw), and the end-of-speech criterion."""
         num_codebooks = self.config.num_codebooks
         processors = [
             *(warpers or []),
@@ -598,9 +562,8 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
     def _audio_generation_output(
         self, outputs, batch_size: int, prompt_length: int, return_dict: bool, output_audio: bool | None
     ) -> HiggsAudioV3GenerationOutput | torch.LongTensor:
-        """Rows, lengths, flags, codes and waveforms, read off the stock loop's `[B * C, L + R]` sequences. Read off the
-        rows, not the stopper's state: a loop that undoes its last step (transformers' deferred stop check on MPS) may
-        have let the stopper see a row that is not returned."""
+        """Rows, lengths, flags, codes and waveforms, read off the stock loop's `[B * C, L + R]` sequences (not the
+        stopper's state: a loop that undoes its last step, the deferred stop check on MPS, returns a row less)."""
         spec = self.config.audio_spec
         generated = outputs.sequences[:, prompt_length:]  # [B * C, R]
         rows = generated.reshape(batch_size, spec.num_codebooks, -1).transpose(1, 2)  # [B, R, C]
@@ -625,16 +588,9 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
             return None if steps is None else tuple(s.reshape(batch_size, spec.num_codebooks, -1) for s in steps)
 
         return HiggsAudioV3GenerationOutput(
-            sequences=rows,
-            lengths=lengths,
-            finished=finished,
-            audio_codes=codes,
-            audio_code_lengths=code_lengths,
-            audio=audio,
-            scores=per_row(getattr(outputs, "scores", None)),
-            logits=per_row(getattr(outputs, "logits", None)),
-            attentions=getattr(outputs, "attentions", None),
-            hidden_states=getattr(outputs, "hidden_states", None),
+            sequences=rows, lengths=lengths, finished=finished, audio_codes=codes, audio_code_lengths=code_lengths,
+            audio=audio, scores=per_row(getattr(outputs, "scores", None)), logits=per_row(getattr(outputs, "logits", None)),
+            attentions=getattr(outputs, "attentions", None), hidden_states=getattr(outputs, "hidden_states", None),
         )
 
     # -------------------------------------------------------------------------------------- stock loop hooks
@@ -692,12 +648,7 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
 
 
 __all__ = [
-    "HiggsAudioV3DelayPatternLogitsProcessor",
-    "HiggsAudioV3GenerationMixin",
-    "HiggsAudioV3GenerationOutput",
-    "HiggsAudioV3ProgressBar",
-    "HiggsAudioV3StoppingCriteria",
-    "MAX_NEW_TOKENS",
-    "MAX_POSITIONS",
+    "HiggsAudioV3DelayPatternLogitsProcessor", "HiggsAudioV3GenerationMixin", "HiggsAudioV3GenerationOutput",
+    "HiggsAudioV3ProgressBar", "HiggsAudioV3StoppingCriteria", "MAX_NEW_TOKENS", "MAX_POSITIONS",
     "default_generation_config",
 ]

@@ -1,11 +1,9 @@
 # Copyright 2026 the higgs-v3 authors. Licensed under the Apache License, Version 2.0.
 """Higgs Audio v3 TTS: transformers' `Qwen3Model` plus a fused codebook embedding, a tied audio head and the codec.
 
-What is ours is the audio delta: the fused embedding of an 8-code row (one lookup with per-codebook offsets, summed),
-the placeholder substitution for reference rows, the tied audio head and the per-codebook loss. The model also owns
-the way between codes and audio (as CSM does): `encode_reference` (a clip to a voice) and `decode_audio` (generated
-rows to waveforms) both run its codec. The delay-pattern generation lives in `generation_higgs_v3.py`, the prompt
-building in `processing_higgs_v3.py`, the streamers in `streaming_higgs_v3.py`.
+What is ours is the audio delta: the fused embedding of an 8-code row, the placeholder substitution for reference
+rows, the tied audio head, the per-codebook loss, and (as CSM) the thin way between codes and audio through the codec.
+Generation lives in `generation_higgs_v3.py`, the codec and its placement in `codec_higgs_v3.py`.
 """
 
 from __future__ import annotations
@@ -34,10 +32,8 @@ from .processing_higgs_v3 import HiggsAudioV3Processor  # noqa: F401 (imported b
 from .sampling_higgs_v3 import HiggsAudioV3SeededSampler  # noqa: F401 (imported by generation; see below)
 from .streaming_higgs_v3 import HiggsAudioV3AudioStreamer
 
-
 # transformers 5.5 copies only the *direct* relative imports of this file when it loads a local folder with
-# `trust_remote_code=True`, so every module of the chain is imported here, directly (long-form speech and its
-# chunker included: `synthesize_long` / `synthesize_dialogue` must work from a Hub repo alone).
+# `trust_remote_code=True`, so every module of the chain is imported here, directly.
 
 
 logger = logging.get_logger(__name__)
@@ -67,8 +63,7 @@ class HiggsAudioV3PreTrainedModel(PreTrainedModel):
     base_model_prefix = "model"
     main_input_name = "input_ids"
     supports_gradient_checkpointing = True
-    # The decoder layers are the units `device_map="auto"` splits the backbone into; the codec is one unit (it runs
-    # outside `forward`, through `encode_reference` / `decode_audio`, on the device of its own device-map entry).
+    # The decoder layers are the units `device_map="auto"` splits the backbone into; the codec is one unit.
     _no_split_modules = ["Qwen3DecoderLayer", "HiggsAudioV3Codec"]
     _skip_keys_device_placement = ["past_key_values", "cache"]
     _supports_flash_attn = True
@@ -77,7 +72,7 @@ class HiggsAudioV3PreTrainedModel(PreTrainedModel):
     _can_compile_fullgraph = True
     _supports_attention_backend = True
     _keep_in_fp32_modules = ["codec"]
-    _keep_in_fp32_modules_strict = ["codec"]  # the codec runs in fp32 whatever the dtype (bf16 included)
+    _keep_in_fp32_modules_strict = ["codec"]  # loaded in fp32 whatever the dtype; the codec keeps it (its `_apply`)
     # The loss is a mean over labelled rows per codebook: transformers' Trainer must not pass `num_items_in_batch`
     # (it would reach the backbone) nor skip its own division by the gradient accumulation steps.
     accepts_loss_kwargs = False
@@ -111,12 +106,10 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
         "lm_head.weight": "model.embed_tokens.weight",
         "audio_head.weight": "audio_embed.weight",
     }
-    # *** Higgs v3 tensor parallel plan: the backbone's comes from Qwen3 (`config.base_model_tp_plan`, the token
-    # embedding vocab-parallel); the text head is sharded as Qwen3ForCausalLM's (tied to that embedding, so Shard(0)
-    # like it) and gathered; the fused audio embedding and the audio head (one tied [8208, hidden] tensor, 42 MB in
-    # bf16) stay whole on every rank: the decode step looks rows up with `F.embedding` on the weight, which a sharded
-    # weight would break, and the codec is not in the plan (replicated). transformers 5.5 applies the backbone's layer
-    # rules only (its `post_init` drops a class plan): the embeddings and heads stay whole there. ***
+    # *** Higgs v3 tensor parallel plan: the backbone's is Qwen3's (`config.base_model_tp_plan`); the text head is
+    # sharded and gathered as Qwen3ForCausalLM's; the tied audio embedding / head (42 MB in bf16) stay whole on every
+    # rank (the decode step looks rows up with `F.embedding` on the weight), the codec too. transformers 5.5 applies
+    # the backbone's layer rules only: the embeddings and heads stay whole there. ***
     _tp_plan = {"lm_head": "colwise_gather_output", **replicated("audio_embed", "audio_head")}
     # *** end Higgs v3 tensor parallel plan ***
     _prepare_generation_config = prepare_generation_config  # a pipeline's defaults rank below ours (compat_higgs_v3)
@@ -137,9 +130,8 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
-        """`PreTrainedModel.from_pretrained`, the codec one unit of the device map and run on its entry's device
-        (`codec_higgs_v3.codec_device_map`, `place_codec`), then frozen again: the loader builds the parameters anew
-        (also with `output_loading_info=True`)."""
+        """`PreTrainedModel.from_pretrained` with the codec one unit of the device map, run on its entry's device
+        (`codec_higgs_v3.codec_device_map`, `place_codec`) and frozen again (the loader builds parameters anew)."""
         if "device_map" in kwargs:  # *** Higgs v3 specific ***
             kwargs["device_map"] = codec_device_map(kwargs["device_map"], cls._top_level_modules)
         loaded = super().from_pretrained(*args, **kwargs)
@@ -151,22 +143,16 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
 
     # ------------------------------------------------------------------ embeddings
     def embed_audio_rows(self, rows: torch.LongTensor) -> torch.Tensor:
-        """Fused embedding of code rows: `[..., num_codebooks]` -> `[..., hidden]`.
-
-        Row `f` maps to `sum_c audio_embed.weight[c * codebook_size + f[c]]` (one lookup, per-codebook offsets).
-        """
+        """Fused embedding of code rows, `[..., num_codebooks]` -> `[..., hidden]`: row `f` maps to
+        `sum_c audio_embed.weight[c * codebook_size + f[c]]` (one lookup, per-codebook offsets)."""
         offsets = torch.arange(0, self.num_codebooks * self.codebook_size, self.codebook_size, device=rows.device)
         summed = self._embed_fused_rows((rows + offsets).reshape(-1, rows.shape[-1]))  # [N, H]
         return summed.reshape(*rows.shape[:-1], summed.shape[-1])
 
     def _embed_fused_rows(self, fused: torch.LongTensor) -> torch.Tensor:
-        """`[N, num_codebooks]` rows of the fused embedding (codes already offset by `c * codebook_size`) -> their sum
-        per frame, `[N, hidden]`. Generation's decode step calls it with offsets computed once per call.
-
-        The sum is taken over the looked-up rows in one reduction, so in bf16 / fp16 it is rounded once, as the
-        official server computes it (`F.embedding(...).sum(-2)`); `F.embedding_bag` would round while it adds. The
-        lookup is the module's call (`F.embedding` on its weight), so a `device_map` that offloads `audio_embed` to the
-        CPU or the disk works: accelerate's hook brings the weight for the call."""
+        """Already offset rows `[N, num_codebooks]` -> their summed embeddings `[N, hidden]` (the decode step's path).
+        One reduction over the looked-up rows, rounded once in bf16 as the official server's `F.embedding(...).sum(-2)`
+        (`embedding_bag` rounds while it adds); a module call, so an offloaded `audio_embed` is brought in by its hook."""
         return self.audio_embed(fused).sum(-2)  # [N, C, H] -> [N, H]
 
     def build_inputs_embeds(
@@ -201,11 +187,8 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
         self, audio: AudioLike, text: str | None = None, sampling_rate: int | None = None
     ) -> HiggsAudioV3Voice:
         r"""Encode a reference clip once into a reusable `HiggsAudioV3Voice` (raw codes `[frames, num_codebooks]` and
-        the transcript, which the processor checks when the voice is used).
-
-        `audio` is a path, an http(s) URL or an array (`[samples]`, `[channels, samples]` or `[samples, channels]`;
-        `sampling_rate` required for arrays): mixed to mono, resampled to the codec's rate, padded to at least 1 s;
-        clips over 100 s, empty or non-finite ones are refused (see `audio_io_higgs_v3.prepare_reference_waveform`).
+        the transcript). `audio`: a path, an http(s) URL or samples (`sampling_rate` required), prepared and checked by
+        `audio_io_higgs_v3.prepare_reference_waveform` (mono, the codec's rate, at least 1 s, at most 100 s).
 
         ```python
         >>> voice = model.encode_reference("me.wav", text="What I say in it.")  # doctest: +SKIP
@@ -225,22 +208,12 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
         reference_audio_lengths: torch.LongTensor | list[int] | None = None,
         audio_input_ids_mask: torch.Tensor | None = None,
     ) -> torch.LongTensor:
-        r"""The reference rows with the processor's clips encoded in (as CSM's `_merge_input_ids_with_input_values`):
-        each clip is encoded alone at its own length with the codec (exactly `encode_reference(clip).codes`), delayed,
-        and written into the rows the processor marked for it, in placeholder order.
-
-        Args:
-            audio_input_ids: `[N, num_codebooks]` (or `[batch, rows, num_codebooks]` with `audio_input_ids_mask`), the
-                clips' rows holding `config.audio_placeholder_id`, clip after clip (`HiggsAudioV3Processor` lays them
-                out; batches of its outputs concatenated, as the pipeline collates them, keep that order).
-            reference_audio: `[S_0 + ... + S_{K-1}]` float32, the K clips' waveforms at `config.sampling_rate` one
-                after another (packed: batches concatenate), as the processor returns them (it refuses bad clips).
-            reference_audio_lengths: `[K]` samples `S_k` of each clip (None: one clip).
-
-        Returns:
-            `[N, num_codebooks]` rows on `audio_input_ids`' device. `generate` calls it once, before its loop; `forward`
-            when it is given `reference_audio`.
-        """
+        r"""The reference rows `[N, num_codebooks]` with the processor's clips encoded in (as CSM's
+        `_merge_input_ids_with_input_values`): each clip is encoded alone (exactly `encode_reference(clip).codes`),
+        delayed, and written into the rows the processor marked for it (`config.audio_placeholder_id`), clip after clip.
+        `reference_audio` `[S_0 + ... + S_{K-1}]` holds the K clips' float32 waveforms one after another (batches
+        concatenate), `reference_audio_lengths` `[K]` their samples (None: one clip), as the processor returns them (it
+        refuses bad clips). `generate` calls it once, before its loop; `forward` when given `reference_audio`."""
         codec = self._require_codec("Encoding reference clips")
         audio = torch.as_tensor(reference_audio)  # [S_0 + ... + S_{K-1}]
         lengths = [audio.numel()] if reference_audio_lengths is None else torch.as_tensor(
@@ -277,13 +250,9 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
     def encode_target(
         self, audio: AudioLike, sampling_rate: int | None = None, max_seconds: float | None = None
     ) -> torch.LongTensor:
-        r"""Encode a training target clip (the speech the model should learn to say) into raw codes
-        `[frames, num_codebooks]`, for `processor(text=..., audio_target=codes)`.
-
-        `audio` is a path or an array, as for `encode_reference`, but nothing is padded: the codes are the clip's own.
-        Refused (`ValueError`): clips shorter than `num_codebooks` frames (generation ends speech only after its delay
-        window) and clips longer than `max_seconds` (default: the longest speech one `generate` call gives by default,
-        `MAX_NEW_TOKENS` rows, about 81.6 s).
+        r"""Encode a training target clip into raw codes `[frames, num_codebooks]` for `processor(text=...,
+        audio_target=codes)`. `audio` as for `encode_reference`, not padded; refused when shorter than `num_codebooks`
+        frames or longer than `max_seconds` (default: `MAX_NEW_TOKENS` rows, about 81.6 s).
 
         ```python
         >>> codes = model.encode_target("line_001.wav")  # doctest: +SKIP
@@ -310,9 +279,8 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
     def decode_audio(
         self, sequences: torch.LongTensor, lengths: torch.LongTensor | None = None
     ) -> list[torch.FloatTensor]:
-        """Generated delayed rows `[batch, rows, num_codebooks]` (`generate`'s `sequences`) -> one 1-D float32
-        waveform per sequence at `config.sampling_rate`. `lengths` `[batch]`: valid rows (None: each sequence ends
-        where its codebook 0 ended speech, see `delay_higgs_v3.rows_to_codes`)."""
+        """`generate`'s delayed rows `[batch, rows, num_codebooks]` -> one 1-D float32 waveform per sequence.
+        `lengths` `[batch]`: valid rows (None: where codebook 0 ended speech, `delay_higgs_v3.rows_to_codes`)."""
         codec = self._require_codec("Decoding codes to audio")
         sequences = check_codes(sequences, self.num_codebooks, self.codebook_size, "sequences", batched=True)
         codes, code_lengths = self.config.audio_spec.rows_to_codes(sequences, lengths)  # [B, T, C], [B]
@@ -325,8 +293,7 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
         return codec.decode_frames(codes, code_lengths)
 
     def audio_streamer(self, **kwargs) -> HiggsAudioV3AudioStreamer:
-        """A `HiggsAudioV3AudioStreamer` for this model (pass it to `generate(..., streamer=...)` and iterate over
-        the waveform chunks); keyword arguments are the streamer's."""
+        """A `HiggsAudioV3AudioStreamer` of waveform chunks for `generate(..., streamer=...)` (its keyword arguments)."""
         return HiggsAudioV3AudioStreamer(self, **kwargs)
 
     # ------------------------------------------------------------------ long-form speech (thin delegates)
@@ -377,13 +344,10 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
     ) -> HiggsAudioV3OutputWithPast:
         r"""
         Args:
-            input_ids (`[batch, length]`): prompt ids; positions equal to `config.audio_placeholder_id` take the
-                delayed reference rows of `audio_input_ids` in order (see `build_inputs_embeds`).
-            audio_input_ids: delayed reference rows, `[num_rows, num_codebooks]` (all placeholders of the batch,
-                row-major) or `[batch, rows, num_codebooks]` with `audio_input_ids_mask` `[batch, rows]` marking the
-                valid rows; one per placeholder.
-            reference_audio / reference_audio_lengths: reference clips as the processor returns them, encoded into
-                their rows of `audio_input_ids` first (`merge_reference_clips`).
+            input_ids (`[batch, length]`) / audio_input_ids / audio_input_ids_mask: the prompts and their delayed
+                reference rows, one per placeholder (`build_inputs_embeds`).
+            reference_audio / reference_audio_lengths: the processor's reference clips, encoded into their rows of
+                `audio_input_ids` first (`merge_reference_clips`).
             inputs_embeds (`[batch, length, hidden]`): used as is instead of `input_ids`.
             audio_labels (`[batch, length, num_codebooks]`): the row each position is fed in teacher forcing
                 (-100 where there is none, e.g. text). The logits at position `p` are scored against the labels at

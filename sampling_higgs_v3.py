@@ -28,8 +28,8 @@ SEED_LIMIT: int = 2**62
 
 
 def seed_problem(seed, name: str = "seed") -> str | None:
-    """None if `seed` is an integer (Python, numpy, a 0-d integer tensor) in `[0, SEED_LIMIT)`, else the sentence
-    naming it: the one home of the seed rule (`check_seed` raises it, `generate` collects it)."""
+    """None if `seed` is an integer (Python, numpy, 0-d tensor) in `[0, SEED_LIMIT)`, else the sentence naming it: THE
+    seed rule (`check_seed` raises it, `generate` collects it)."""
     try:
         value = operator.index(seed) if not isinstance(seed, bool) else None
     except TypeError:
@@ -156,12 +156,6 @@ class HiggsAudioV3SeededSampler(LogitsProcessor):
 
 
 __all__ = [
-    "SEED_LIMIT",
-    "HiggsAudioV3SeededSampler",
-    "check_seed",
-    "counter_uniform",
-    "draw_seed",
-    "sampling_problems",
-    "sampling_warpers",
-    "seed_problem",
+    "SEED_LIMIT", "HiggsAudioV3SeededSampler", "check_seed", "counter_uniform", "draw_seed", "sampling_problems",
+    "sampling_warpers", "seed_problem",
 ]
