@@ -155,7 +155,8 @@ class HiggsAudioV3Config(Qwen3Config):
         problems += [f"{name}={value} must be a token id in 0..{self.vocab_size - 1} (vocab_size={self.vocab_size})."
                      for name, value in specials.items() if not 0 <= value < self.vocab_size]
         if self.audio_placeholder_id in [value for name, value in specials.items() if name != "audio_end_token_id"]:
-            problems.append(f"audio_placeholder_id={self.audio_placeholder_id} collides with a prompt special token id.")
+            problems.append(f"audio_placeholder_id={self.audio_placeholder_id} collides with a prompt special token "
+                            "id.")
         if self.codec_config is not None:
             problems += self._codec_config_problems(self.codec_config)
         if problems:
@@ -168,7 +169,8 @@ class HiggsAudioV3Config(Qwen3Config):
         if problems:
             return problems
         acoustic = codec["acoustic_model_config"]
-        sample_rate, codes, hop = codec["sample_rate"], codec["codebook_size"], math.prod(acoustic["downsampling_ratios"])
+        ratios = acoustic["downsampling_ratios"]
+        sample_rate, codes, hop = codec["sample_rate"], codec["codebook_size"], math.prod(ratios)
         if sample_rate != self.sampling_rate:
             problems.append(f"codec_config sample_rate={sample_rate} differs from sampling_rate={self.sampling_rate}.")
         if codes != self.audio_boc_token_id:
@@ -178,7 +180,7 @@ class HiggsAudioV3Config(Qwen3Config):
             )
         if self.frame_rate > 0 and hop != self.sampling_rate // self.frame_rate:
             problems.append(
-                f"codec_config hop length {hop} (product of downsampling_ratios {list(acoustic['downsampling_ratios'])}) "
+                f"codec_config hop length {hop} (product of downsampling_ratios {list(ratios)}) "
                 f"differs from sampling_rate / frame_rate = {self.sampling_rate // self.frame_rate}."
             )
         frame_rate, bandwidths = -(-sample_rate // hop), codec["target_bandwidths"]

@@ -112,9 +112,7 @@ class HiggsAudioV3DelayPatternLogitsProcessor(LogitsProcessor):
     """
 
     def __init__(self, num_codebooks: int, boc_token_id: int, prompt_length: int):
-        self.num_codebooks = num_codebooks
-        self.boc_token_id = boc_token_id
-        self.prompt_length = prompt_length
+        self.num_codebooks, self.boc_token_id, self.prompt_length = num_codebooks, boc_token_id, prompt_length
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         step = input_ids.shape[1] - self.prompt_length  # Python int from a shape: no host sync
@@ -183,12 +181,10 @@ class _LogitsProcessorList(LogitsProcessorList):
 
 
 class _RowStreamer(BaseStreamer):
-    """Hands the user's streamer one `[batch, num_codebooks]` row per step, not the stock loop's prompt and `[B * C]`."""
+    """Hands the user's streamer one `[batch, num_codebooks]` row per step (not the stock loop's prompt, `[B * C]`)."""
 
     def __init__(self, streamer: BaseStreamer, num_codebooks: int):
-        self.streamer = streamer
-        self.num_codebooks = num_codebooks
-        self.prompt_seen = False
+        self.streamer, self.num_codebooks, self.prompt_seen = streamer, num_codebooks, False
 
     def put(self, value: torch.Tensor) -> None:
         if not self.prompt_seen:
@@ -256,8 +252,8 @@ def _argument_problems(input_ids, attention_mask, generation_config, logits_proc
             problems.append(f"{name} must be a list of callables (a {name.title().replace('_', '')}List), got "
                             f"{given!r:.80}.")
     if streamer is not None and not (callable(getattr(streamer, "put", None)) and callable(getattr(streamer, "end", None))):
-        problems.append("streamer must have put() and end() (a transformers BaseStreamer, e.g. model.audio_streamer()), "
-                        f"got {type(streamer).__name__}.")
+        problems.append("streamer must have put() and end() (a transformers BaseStreamer, e.g. "
+                        f"model.audio_streamer()), got {type(streamer).__name__}.")
     if max_positions is not None and (isinstance(max_positions, bool) or not isinstance(max_positions, int)
                                       or max_positions < 1):
         problems.append(f"max_positions must be a positive number of positions or None, got {max_positions!r}.")
@@ -429,9 +425,8 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         # *** end Higgs v3 specific ***
         return generation_config, model_kwargs, warpers, return_dict
 
-    def _merged_generation_config(
-        self, generation_config: GenerationConfig | None, kwargs: dict
-    ) -> tuple[GenerationConfig, dict, list[str]]:
+    def _merged_generation_config(self, generation_config: GenerationConfig | None, kwargs: dict
+                                  ) -> tuple[GenerationConfig, dict, list[str]]:
         """The caller's config (a copy), what it leaves unset from the model's defaults (transformers' rule), then the
         keyword options. Returns `(config, model kwargs, problems)`: options of a type transformers' validation cannot
         compare are a problem."""
@@ -532,8 +527,8 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
             return [problem]
         if reference_audio is None and bool(marked.any()):
             return [f"audio_input_ids has rows marked for reference clips (the placeholder id {placeholder}) but no "
-                    "reference_audio was given; pass the processor's whole output (model.generate(**inputs)): the clips' "
-                    "waveforms are in reference_audio and reference_audio_lengths."]
+                    "reference_audio was given; pass the processor's whole output (model.generate(**inputs)): the "
+                    "clips' waveforms are in reference_audio and reference_audio_lengths."]
         num_rows = int(audio_input_ids_mask.sum()) if audio_input_ids_mask is not None else (
             audio_input_ids.numel() // self.config.num_codebooks)
         if num_rows != num_placeholders:
@@ -589,8 +584,9 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
 
         return HiggsAudioV3GenerationOutput(
             sequences=rows, lengths=lengths, finished=finished, audio_codes=codes, audio_code_lengths=code_lengths,
-            audio=audio, scores=per_row(getattr(outputs, "scores", None)), logits=per_row(getattr(outputs, "logits", None)),
-            attentions=getattr(outputs, "attentions", None), hidden_states=getattr(outputs, "hidden_states", None),
+            audio=audio, scores=per_row(getattr(outputs, "scores", None)),
+            logits=per_row(getattr(outputs, "logits", None)), attentions=getattr(outputs, "attentions", None),
+            hidden_states=getattr(outputs, "hidden_states", None),
         )
 
     # -------------------------------------------------------------------------------------- stock loop hooks
@@ -610,13 +606,9 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         return criteria
 
     def prepare_inputs_for_generation(
-        self,
-        input_ids: torch.LongTensor,
-        audio_input_ids: torch.LongTensor | None = None,
-        audio_input_ids_mask: torch.Tensor | None = None,
-        audio_prompt_length: int | None = None,
-        audio_code_offsets: torch.LongTensor | None = None,
-        **kwargs,
+        self, input_ids: torch.LongTensor, audio_input_ids: torch.LongTensor | None = None,
+        audio_input_ids_mask: torch.Tensor | None = None, audio_prompt_length: int | None = None,
+        audio_code_offsets: torch.LongTensor | None = None, **kwargs,
     ) -> dict:
         if audio_prompt_length is None:  # not called from our generate(): plain text behaviour
             return super().prepare_inputs_for_generation(input_ids, **kwargs)

@@ -152,15 +152,11 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
     def _embed_fused_rows(self, fused: torch.LongTensor) -> torch.Tensor:
         """Already offset rows `[N, num_codebooks]` -> their summed embeddings `[N, hidden]` (the decode step's path).
         One reduction over the looked-up rows, rounded once in bf16 as the official server's `F.embedding(...).sum(-2)`
-        (`embedding_bag` rounds while it adds); a module call, so an offloaded `audio_embed` is brought in by its hook."""
+        (`embedding_bag` rounds while it adds); a module call, so an offloaded `audio_embed` comes in by its hook."""
         return self.audio_embed(fused).sum(-2)  # [N, C, H] -> [N, H]
 
-    def build_inputs_embeds(
-        self,
-        input_ids: torch.LongTensor,
-        audio_input_ids: torch.LongTensor | None = None,
-        audio_input_ids_mask: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+    def build_inputs_embeds(self, input_ids: torch.LongTensor, audio_input_ids: torch.LongTensor | None = None,
+                            audio_input_ids_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Token embeddings of `input_ids` `[batch, length]` with every placeholder position **replaced** by its
         reference row's fused embedding, in order: `[batch, length, hidden]`. The rows are `audio_input_ids`
         `[num_rows, num_codebooks]`, or `[batch, rows, num_codebooks]` with `audio_input_ids_mask` `[batch, rows]`
@@ -202,9 +198,7 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
         return HiggsAudioV3Voice(codes=codes, text=text, sampling_rate=spec.sampling_rate, frame_rate=spec.frame_rate)
 
     def merge_reference_clips(
-        self,
-        audio_input_ids: torch.LongTensor | None,
-        reference_audio: torch.Tensor,
+        self, audio_input_ids: torch.LongTensor | None, reference_audio: torch.Tensor,
         reference_audio_lengths: torch.LongTensor | list[int] | None = None,
         audio_input_ids_mask: torch.Tensor | None = None,
     ) -> torch.LongTensor:
@@ -293,7 +287,7 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
         return codec.decode_frames(codes, code_lengths)
 
     def audio_streamer(self, **kwargs) -> HiggsAudioV3AudioStreamer:
-        """A `HiggsAudioV3AudioStreamer` of waveform chunks for `generate(..., streamer=...)` (its keyword arguments)."""
+        """A `HiggsAudioV3AudioStreamer` of waveform chunks for `generate(..., streamer=...)`; its keyword arguments."""
         return HiggsAudioV3AudioStreamer(self, **kwargs)
 
     # ------------------------------------------------------------------ long-form speech (thin delegates)
