@@ -291,6 +291,27 @@ def test_bench_decode_bad_options(capsys):
     assert "--long (9) must exceed --short (8) by at least 2." in capsys.readouterr().err
 
 
+def test_bench_decode_flips_each_speed_device_and_restores_it(tiny_pair):
+    """`--devices` flips the stored forward signature and the signature-once logits processor list from what ships
+    (both ship), for one block, restoring them after; the rows generated are the same either way."""
+    bench, ours = script("bench_decode"), tiny_pair[0]
+    forward, inputs = type(ours).forward, H.ours_prompt(ours.config, 1, 12)
+    assert bench.shipped(ours, "signature") and bench.shipped(ours, "list")
+    stored = vars(forward)["__signature__"]
+    expected = ours.generate(**inputs, max_new_tokens=10, do_sample=False)
+    with bench.flipped(ours, "signature"):
+        assert "__signature__" not in vars(forward)
+        assert torch.equal(ours.generate(**inputs, max_new_tokens=10, do_sample=False), expected)
+    assert vars(forward)["__signature__"] is stored
+    with bench.flipped(ours, "list"):
+        processors = ours._get_logits_processor(generation_config=ours.generation_config, input_ids_seq_length=1,
+                                                encoder_input_ids=None, prefix_allowed_tokens_fn=None,
+                                                logits_processor=LogitsProcessorList())
+        assert type(processors) is LogitsProcessorList
+        assert torch.equal(ours.generate(**inputs, max_new_tokens=10, do_sample=False), expected)
+    assert bench.shipped(ours, "list")
+
+
 @pytest.mark.integration
 def test_bench_v2_tiny(tmp_path, stock_reads):
     data = run_script("bench_v2", ["--width", "tiny", "--batch", "1", "--mode", "greedy", "--rounds", "1",
