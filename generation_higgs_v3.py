@@ -162,18 +162,12 @@ class _LogitsProcessorList(LogitsProcessorList):
     def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
         extra = self.__dict__.get("_extra_parameters")
         if extra is None or len(extra) != len(self):  # first step (or the list changed)
-            extra = [list(inspect.signature(p.__call__).parameters)[2:] for p in self]
-            self._extra_parameters = extra
+            extra = self._extra_parameters = [list(inspect.signature(p.__call__).parameters)[2:] for p in self]
         for processor, names in zip(self, extra):
-            if not names:
-                scores = processor(input_ids, scores)
-                continue
-            if not all(name in kwargs for name in names):
-                raise ValueError(
-                    f"Make sure that all the required parameters: {names} for {processor.__class__} are passed to the "
-                    "logits processor."
-                )
-            scores = processor(input_ids, scores, **kwargs)
+            if names and not all(name in kwargs for name in names):
+                raise ValueError(f"Make sure that all the required parameters: {names} for {processor.__class__} are "
+                                 "passed to the logits processor.")
+            scores = processor(input_ids, scores, **kwargs) if names else processor(input_ids, scores)
         return scores
 
 
@@ -482,8 +476,6 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
     def _prompt_problems(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None) -> list[str]:
         """Rows of `input_ids` that are not left-padded TTS prompts (`<|tts|> ... <|text|> ... <|audio|>`): plain
         tokenizer output would generate sound without a word. One host read per call."""
-        if torch.compiler.is_compiling():
-            return []
         config = self.config
         first = attention_mask.long().argmax(-1, keepdim=True) if attention_mask is not None else None  # [B, 1]
         starts = input_ids[:, :1] if first is None else input_ids.gather(1, first)  # [B, 1] first real token
