@@ -109,6 +109,7 @@ from .conversion.original_format import (
     ConversionError,
     OriginalCheckpoint,
     SourceTensor,
+    codec_tensor_shapes,
     map_key,
     read_codec_config_file,
     read_original,
@@ -185,20 +186,6 @@ def _account_keys(source: OriginalCheckpoint) -> tuple[dict[str, str], dict[str,
             "Refusing to drop them silently; this is not the Higgs Audio v3 format the converter knows."
         )
     return mapped, ignored
-
-
-@functools.lru_cache(maxsize=8)
-def _codec_shapes(codec_config_json: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
-    from .codec_higgs_v3 import HiggsAudioV3Codec
-
-    with torch.device("meta"):
-        codec = HiggsAudioV3Codec.from_codec_config(json.loads(codec_config_json))
-    return tuple((name, tuple(value.shape)) for name, value in codec.state_dict().items())
-
-
-def codec_tensor_shapes(codec_config: dict) -> dict[str, tuple[int, ...]]:
-    """The codec's state_dict names and shapes for `codec_config`, in module order (built on the meta device)."""
-    return dict(_codec_shapes(json.dumps(codec_config, sort_keys=True)))
 
 
 def _codec_candidate(source: OriginalCheckpoint, codec_config: dict | None) -> tuple[str, dict]:
@@ -847,7 +834,6 @@ __all__ = [
     "HiggsAudioV3OriginalFormatProcessor",
     "PushError",
     "build_config",
-    "codec_tensor_shapes",
     "convert",
     "converted_path",
     "default_cache_dir",

@@ -48,7 +48,6 @@ from pathlib import Path
 import torch
 from transformers.utils import logging
 
-from ..codec_higgs_v3 import HiggsAudioV3Codec
 from ..configuration_higgs_v3 import HiggsAudioV3Config
 from .repo import (
     LICENSE_FILE_PATTERN,
@@ -75,6 +74,7 @@ from .original_format import (
     TEXT_HEAD,
     ConversionError,
     SourceTensor,
+    codec_tensor_shapes,
     map_key,
     original_config,
     original_lm_shapes,
@@ -209,12 +209,6 @@ def _parametrization_name(match: re.Match) -> str:
     return f"{match.group(1)}.parametrizations.weight.original{0 if match.group(2) == 'g' else 1}"
 
 
-def _codec_shapes(codec_config: dict) -> dict[str, tuple[int, ...]]:
-    with torch.device("meta"):
-        codec = HiggsAudioV3Codec.from_codec_config(codec_config)
-    return {name: tuple(value.shape) for name, value in codec.state_dict().items()}
-
-
 def export_config(config: HiggsAudioV3Config, dtype: str = "bfloat16") -> dict:
     """The original `config.json` for a converted config: `original_config` with its dimensions, the tie flags, the
     backbone fields of `TEXT_CONFIG_FIELDS` and the placeholder id taken from `config`."""
@@ -245,9 +239,8 @@ def _plan(
     heads = {TEXT_HEAD: TEXT_EMBEDDING, AUDIO_HEAD: AUDIO_EMBEDDING}
     expected = dict(lm)
     if config.codec_config is not None:
-        expected.update({CODEC_PREFIX + name: shape for name, shape in _codec_shapes(config.codec_config).items()})
-        # HuBERT's mask embedding: one vector of the semantic model's width (the original stores it last).
-        expected[CODEC_PREFIX + CODEC_EXTRA_KEY] = (config.codec_config["semantic_model_config"]["hidden_size"],)
+        expected.update({CODEC_PREFIX + name: shape
+                         for name, shape in codec_tensor_shapes(config.codec_config, original=True).items()})
     by_original = {original_name(converted): tensor for converted, tensor in tensors.items()}
     problems: list[str] = []
     for head, embedding in heads.items():

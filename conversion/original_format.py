@@ -12,15 +12,18 @@ What the original repo holds (spec §1-2; the verbatim metadata is under `shared
 
 `read_original` checks a folder against this (files, `model_type`, safetensors headers against the index, dtypes, the
 tokenizer's special tokens) and returns an `OriginalCheckpoint` of headers only; `read_rows` reads tensor data.
+`codec_tensor_shapes` is the one home of the codec's tensor names and shapes for a codec config (the converter checks
+the checkpoint's codec against it, the export and the fixtures write it).
 
-This module imports only the standard library at import time (torch and safetensors are imported by the functions
-that read tensors), so the command line can ask `ORIGINAL_MODEL_TYPE` without paying for torch. It imports neither
-the converter nor the test fixtures; both import it.
+This module imports only the standard library at import time (torch, safetensors and the codec are imported by the
+functions that read tensors or build the codec's shapes), so the command line can ask `ORIGINAL_MODEL_TYPE` without
+paying for torch. It imports neither the converter nor the test fixtures; both import it.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import hashlib
 import json
 import os
@@ -241,6 +244,27 @@ def original_lm_shapes(config: dict) -> dict[str, tuple[int, ...]]:
         if not config[section].get("tie_word_embeddings", True):
             shapes[head] = (rows[embedding], hidden)
     return shapes
+
+
+def codec_tensor_shapes(codec_config: dict, original: bool = False) -> dict[str, tuple[int, ...]]:
+    """The codec's tensor names and shapes for `codec_config` (its state_dict, in module order, built on the meta
+    device): what a converted repo stores under `codec.`. With `original`, the original checkpoint's codec section
+    (under `CODEC_PREFIX`): the same plus `CODEC_EXTRA_KEY` last, as the original stores it."""
+    shapes = dict(_codec_shapes(json.dumps(codec_config, sort_keys=True)))
+    if original:
+        shapes[CODEC_EXTRA_KEY] = (codec_config["semantic_model_config"]["hidden_size"],)  # HuBERT's mask embedding
+    return shapes
+
+
+@functools.lru_cache(maxsize=8)
+def _codec_shapes(codec_config_json: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    import torch
+
+    from ..codec_higgs_v3 import HiggsAudioV3Codec
+
+    with torch.device("meta"):
+        codec = HiggsAudioV3Codec.from_codec_config(json.loads(codec_config_json))
+    return tuple((name, tuple(value.shape)) for name, value in codec.state_dict().items())
 
 
 # Fields of the original `text_config` that become `HiggsAudioV3Config` fields unchanged.
@@ -555,6 +579,7 @@ __all__ = [
     "TEXT_HEAD",
     "TOKENIZER_CONFIG",
     "TOP_LEVEL_KNOWN",
+    "codec_tensor_shapes",
     "map_key",
     "original_config",
     "original_lm_shapes",

@@ -41,6 +41,7 @@ from ..conversion.original_format import (
     TEXT_EMBEDDING,
     TEXT_HEAD,
     TOKENIZER_CONFIG,
+    codec_tensor_shapes,
     original_config,
     original_lm_shapes,
 )
@@ -247,9 +248,7 @@ def tiny_codec_config() -> dict:
 
 
 def codec_state_dict_names(codec_config: dict) -> list[str]:
-    """The codec's parameter and buffer names for `codec_config`, in module order (built on the meta device)."""
-    from ..convert_checkpoint import codec_tensor_shapes
-
+    """The codec's parameter and buffer names for `codec_config`, in module order (`codec_tensor_shapes`)."""
     return list(codec_tensor_shapes(codec_config))
 
 

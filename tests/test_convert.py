@@ -805,7 +805,7 @@ def test_real_checkpoint_names_and_shapes_are_fully_accounted():
     config implies."""
     config = original_config()
     shapes = original_lm_shapes(config)
-    codec = cc.codec_tensor_shapes(REAL_CODEC_CONFIG)
+    codec = original_format.codec_tensor_shapes(REAL_CODEC_CONFIG)
     codec["semantic_model.masked_spec_embed"] = (768,)
     lines = "".join(sorted(f"{name}\t{list(shape)}" for name, shape in codec.items()))
     assert hashlib.sha256(lines.encode()).hexdigest() == REAL_CODEC_TENSORS_SHA256  # the real codec, name for name
