@@ -22,9 +22,7 @@ paying for torch. It imports neither the converter nor the test fixtures; both i
 
 from __future__ import annotations
 
-import copy
 import functools
-import hashlib
 import json
 import os
 import re
@@ -480,34 +478,9 @@ def _check_index(weight_map: dict[str, str], tensors: dict[str, SourceTensor]) -
         )
 
 
-_TOKEN_IDS_READ: dict[str, tuple[dict[str, int], dict]] = {}
-"""`_read_token_ids` results by the sha256 of the two tokenizer files' bytes (the same bytes give the same result, so
-an entry can never be stale): a folder read again, or a copy of it, is not parsed again. A few entries at most."""
-
-
 def _read_token_ids(directory: Path) -> tuple[dict[str, int], dict]:
     """The ids of `<|endoftext|>`, every Higgs token, `eos` and `pad` (all must be added tokens of tokenizer.json),
-    and the tokenizer config. Parsing tokenizer.json (11 MB for the real vocabulary) is most of a `read_original`; a
-    result is kept by the files' content (`_TOKEN_IDS_READ`), so reading the same files again costs a hash."""
-    digest = hashlib.sha256()
-    try:
-        for name in ("tokenizer.json", "tokenizer_config.json"):
-            digest.update(hashlib.sha256((directory / name).read_bytes()).digest())
-    except OSError:  # unreadable: the reading below says so, naming the file
-        digest = None
-    key = digest.hexdigest() if digest is not None else None
-    if key in _TOKEN_IDS_READ:
-        return copy.deepcopy(_TOKEN_IDS_READ[key])
-    result = _parse_token_ids(directory)
-    if key is not None:
-        if len(_TOKEN_IDS_READ) >= 4:
-            _TOKEN_IDS_READ.pop(next(iter(_TOKEN_IDS_READ)))
-        _TOKEN_IDS_READ[key] = copy.deepcopy(result)
-    return result
-
-
-def _parse_token_ids(directory: Path) -> tuple[dict[str, int], dict]:
-    """`_read_token_ids` without the cache."""
+    and the tokenizer config."""
     tokenizer = read_json(directory / "tokenizer.json", "The tokenizer")
     tokenizer_config = read_json(directory / "tokenizer_config.json", "The tokenizer config")
     added = {token.get("content"): token.get("id") for token in tokenizer.get("added_tokens") or []}
