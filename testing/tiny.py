@@ -133,13 +133,6 @@ def _learn_merges(text: str, num_merges: int) -> tuple[dict[str, int], list[tupl
     return vocab, merges
 
 
-def build_tiny_tokenizer():
-    """The tiny byte-level BPE as a `tokenizers.Tokenizer`, with the 84 added tokens at their real ids."""
-    from tokenizers import Tokenizer
-
-    return Tokenizer.from_str(_tiny_tokenizer_json())
-
-
 @functools.lru_cache(maxsize=1)
 def _tiny_tokenizer_json() -> str:
     """`tokenizer.json` of the tiny tokenizer (learned once per process: it is the same every time)."""
@@ -452,7 +445,6 @@ __all__ = [
     "LICENSE_STUB",
     "TINY_CODEC_OVERRIDES",
     "TINY_DIMS",
-    "build_tiny_tokenizer",
     "codec_state_dict_names",
     "loaded_tiny_tokenizer",
     "main",
