@@ -311,23 +311,6 @@ def test_bad_clips_name_the_item(tmp_path, processor, codec_model, caplog):
     assert "Skipped 4 of 5 items: short: " in caplog.text and "broken: could not read" in caplog.text
 
 
-def test_memory_estimate_counts_match_the_models():
-    """The shapes behind docs/TRAINING.md's computed LoRA memory: the parameter counts equal a real model's and
-    PEFT's, at two widths."""
-    from peft import get_peft_model
-
-    from higgs_v3.training.finetune import backbone_parameter_count, estimate_lora_memory, lora_config, lora_parameter_count
-
-    for overrides in ({}, {"hidden_size": 64, "head_dim": 8, "num_attention_heads": 8, "intermediate_size": 96}):
-        model = tiny_model(**overrides)
-        assert backbone_parameter_count(model.config) == sum(p.numel() for p in model.parameters())
-        peft_model = get_peft_model(model, lora_config(rank=4))
-        assert lora_parameter_count(model.config, rank=4) == sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
-    parts = estimate_lora_memory(model.config, positions=100, rank=4, codec_parameters=10)
-    assert parts["codec_fp32"] == 40 and parts["head_and_loss"] == 100 * 8 * 1026 * 14
-    assert parts["total"] == sum(v for k, v in parts.items() if k != "total")
-
-
 # ---------------------------------------------------------------------------------------------- review fixes
 def test_codec_stays_frozen_through_save_and_from_pretrained(tmp_path, processor, codec_model):
     """transformers rebuilds a loaded model's parameters after `__init__`: the codec is frozen again, in fp32 and
