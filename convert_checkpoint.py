@@ -57,14 +57,12 @@ if __name__ == "__main__" and not __package__:  # pragma: no cover - `python con
     raise SystemExit(_main())
 
 import argparse
-import contextlib
 import copy
 import functools
 import hashlib
 import json
 import math
 import os
-import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,8 +91,8 @@ from .conversion.repo import (
 from .conversion.folders import (
     check_complete,
     clean_stale_siblings,
-    staging_folder,
-    swap_into_place,
+    folder_lock,
+    staged_folder,
     write_complete,
 )
 from .conversion.original_format import (
@@ -451,16 +449,6 @@ def _check_input(source_dir: Path, output: Path) -> Path:
     return source_dir
 
 
-def _swap_into_place(staging: Path, output: Path, overwrite: bool) -> None:
-    """Rename `staging` to `output`; an old output is removed only once the new one is in place
-    (`conversion.folders.swap_into_place`)."""
-    if output.is_dir() and not _is_empty_dir(output) and not overwrite:
-        raise ConversionError(
-            f"The output folder {str(output)!r} became non-empty during the conversion; not replacing it."
-        )
-    swap_into_place(staging, output)
-
-
 def _write_and_verify(
     source: OriginalCheckpoint, plan: ConversionPlan, staging: Path, split, *, verify: bool, dtype: str,
     base_model: str, repo_id: str | None,
@@ -519,16 +507,10 @@ def convert(
     plan = plan_conversion(source, torch_dtype, codec_config=codec_config, without_codec=without_codec)
     split = shard_split(plan.tensors, max_shard_size)
 
-    output.parent.mkdir(parents=True, exist_ok=True)
-    staging = staging_folder(output)
-    try:
+    with staged_folder(output, "converting", overwrite=overwrite) as staging:
         shards, max_abs_diff, tolerance = _write_and_verify(
             source, plan, staging, split, verify=verify, dtype=dtype, base_model=base_model, repo_id=push_to_hub
         )
-        _swap_into_place(staging, output, overwrite)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     result = ConversionResult(output, len(plan.tensors), shards, plan.ignored, plan.config.tie_word_embeddings,
                               max_abs_diff, tolerance)
     if push_to_hub:
@@ -580,8 +562,7 @@ def converted_path(
     if target.exists() and check_complete(target) is None:
         clean_stale_siblings(target)  # what a killed earlier call left beside a complete entry
         return target
-    cache.mkdir(parents=True, exist_ok=True)
-    with _cache_lock(cache):
+    with folder_lock(cache):  # concurrent calls for one entry convert it once
         clean_stale_siblings(target)
         if target.exists():
             problem = check_complete(target)
@@ -591,23 +572,6 @@ def converted_path(
         convert(source_dir, target, dtype=dtype, overwrite=True, verify=verify, codec_config=codec_config)
         write_complete(target)
     return target
-
-
-@contextlib.contextmanager
-def _cache_lock(cache: Path):
-    """An exclusive lock on the cache folder while an entry is converted, so concurrent calls convert it once (no
-    lock where fcntl is missing). A complete entry is returned without waiting for it."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not on POSIX: concurrent conversions of one entry may both run
-        yield
-        return
-    descriptor = os.open(cache, os.O_RDONLY)
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(descriptor)  # closing releases the lock
 
 
 def from_original(

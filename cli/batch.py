@@ -205,15 +205,6 @@ def _read_record(out_dir: Path, item: BatchItem) -> dict | None:
     return record if {key: record.get(key) for key in item.record_key()} == item.record_key() else None
 
 
-def _write_text_atomically(path: Path, text: str) -> None:
-    """`text` into `path` with `audio_io_higgs_v3.atomic_output` (flushed to disk, then renamed into place): a reader
-    sees the old file or the whole new one."""
-    from ..audio_io_higgs_v3 import atomic_output
-
-    with atomic_output(path) as temporary:
-        temporary.write_text(text, encoding="utf-8")
-
-
 # ============================================================================================= the run
 def _voice_for(model, processor, item: BatchItem):
     from ..longform_higgs_v3 import resolve_voice
@@ -263,6 +254,7 @@ def run_batch(
     """Speak every pending item of `items` into `out_dir` (see the module docstring), this process's share of them when
     `state` (an `accelerate.PartialState`) has several processes. Returns the summary (complete on the main process:
     the written lists of every process)."""
+    from ..audio_io_higgs_v3 import atomic_output
     from ..chunking_higgs_v3 import DEFAULT_MAX_CHARS
 
     began = time.perf_counter()
@@ -315,7 +307,8 @@ def run_batch(
     if rank == 0:
         records = [_read_record(out_dir, item) for item in items]
         lines = [json.dumps(record, ensure_ascii=False) for record in records if record is not None]
-        _write_text_atomically(out_dir / RESULTS_FILE, "\n".join(lines) + "\n")
+        with atomic_output(out_dir / RESULTS_FILE) as temporary:
+            temporary.write_text("\n".join(lines) + "\n", encoding="utf-8")
         summary.unfinished = [record["output"] for record in records if record is not None and not record["finished"]]
     summary.wall_seconds = time.perf_counter() - began
     return summary
@@ -380,7 +373,7 @@ def _check_chunk_seeds(processor, item: BatchItem, max_chars: int) -> None:
 def _write_item(out_dir: Path, item: BatchItem, waveform, chunks, sampling_rate: int, rank: int) -> float:
     """The item's audio (`save_audio`, itself atomic), then its record, written atomically. Returns its duration in
     seconds."""
-    from ..audio_io_higgs_v3 import save_audio
+    from ..audio_io_higgs_v3 import atomic_output, save_audio
 
     save_audio(waveform, out_dir / item.output, sampling_rate)
     duration = waveform.shape[-1] / sampling_rate
@@ -390,7 +383,8 @@ def _write_item(out_dir: Path, item: BatchItem, waveform, chunks, sampling_rate:
         "unfinished_chunks": [k for k, chunk in enumerate(chunks) if not chunk.finished],
         "chunk_seeds": [chunk.seed for chunk in chunks], "process": rank,
     }
-    _write_text_atomically(_record_path(out_dir, item), json.dumps(record, ensure_ascii=False, indent=1) + "\n")
+    with atomic_output(_record_path(out_dir, item)) as temporary:
+        temporary.write_text(json.dumps(record, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     return duration
 
 

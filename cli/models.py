@@ -15,7 +15,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 from pathlib import Path
 
 from ..conversion.original_format import ORIGINAL_MODEL_TYPE as _ORIGINAL_MODEL_TYPE  # standard library only
@@ -71,37 +70,27 @@ def write_tiny_random(directory: str | os.PathLike, seed: int = 0, with_codec: b
 
 
 def ensure_tiny_random(log=None) -> Path:
-    """The tiny random demo model, built once into `tiny_random_dir()` (rebuilt when this package's code changed).
-    Built in a temporary sibling folder and renamed into place, so concurrent runs never see half a model."""
+    """The tiny random demo model, built once into `tiny_random_dir()` (rebuilt when this package's code changed), with
+    `conversion.folders.staged_folder` (so no process ever sees half a model) under a lock on its parent folder (so
+    concurrent processes build it once)."""
+    from ..conversion.folders import folder_lock, staged_folder
+
     target = tiny_random_dir()
-    stamp_name = ".higgs_v3_tiny_random"
-    fingerprint = _tiny_fingerprint(seed=0)
-    stamp = target / stamp_name
-    if stamp.is_file() and stamp.read_text().strip() == fingerprint:
+    stamp, fingerprint = target / ".higgs_v3_tiny_random", _tiny_fingerprint(seed=0)
+
+    def current() -> bool:
+        return stamp.is_file() and stamp.read_text().strip() == fingerprint
+
+    if current():
         return target
-    if log is not None:
-        log(f"Building the tiny random demo model in {target} (once; a few seconds)...")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    scratch = target.parent / f".{target.name}.tmp-{os.getpid()}"
-    shutil.rmtree(scratch, ignore_errors=True)
-    try:
-        write_tiny_random(scratch, seed=0)
-        (scratch / stamp_name).write_text(fingerprint + "\n")
-        if target.exists():
-            old = target.parent / f".{target.name}.old-{os.getpid()}"
-            try:
-                target.rename(old)
-            except OSError:
-                old = None
-            if old is not None:
-                shutil.rmtree(old, ignore_errors=True)
-        try:
-            scratch.rename(target)
-        except OSError:  # another process put its model in place first
-            if not (stamp.is_file() and stamp.read_text().strip() == fingerprint):
-                raise
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    with folder_lock(target.parent):
+        if current():  # built by a concurrent run while this one waited
+            return target
+        if log is not None:
+            log(f"Building the tiny random demo model in {target} (once; a few seconds)...")
+        with staged_folder(target, "building") as staging:
+            write_tiny_random(staging, seed=0)
+            (staging / stamp.name).write_text(fingerprint + "\n")
     return target
 
 

@@ -83,7 +83,7 @@ from .original_format import (
     read_original,
     read_rows,
 )
-from .folders import clean_stale_siblings, staging_folder, swap_into_place
+from .folders import clean_stale_siblings, staged_folder
 from ..processing_higgs_v3 import TTS_CHAT_TEMPLATE
 
 
@@ -456,19 +456,10 @@ def export_to_original(
     original_dir = Path(original).expanduser() if original is not None else None
     planned, filled = _plan(config, tensors, original_dir)
 
-    output.parent.mkdir(parents=True, exist_ok=True)
-    staging = staging_folder(output, "exporting")
-    try:
+    with staged_folder(output, "exporting", overwrite=overwrite) as staging:
         shards = _write_weights(planned, EXPORT_DTYPES[dtype], staging, max_shard_size)
         filled.update(_write_other_files(source, config, staging, dtype, original_dir))
         _verify(planned, EXPORT_DTYPES[dtype], staging)
-        if output.is_dir() and any(output.iterdir()) and not overwrite:
-            raise ConversionError(f"The output folder {str(output)!r} became non-empty during the export; not "
-                                  "replacing it.")
-        swap_into_place(staging, output)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
     return ExportResult(output, len(planned), shards, filled, dtype)
 
 

@@ -423,6 +423,25 @@ def test_refuses_a_non_empty_output_without_overwrite(original, guarded_output):
     _assert_untouched(guarded_output)
 
 
+def test_an_output_filled_during_the_conversion_is_not_replaced(original, tmp_path, monkeypatch):
+    """Another run fills the (empty) output while this one writes its staging folder: without --overwrite it is left
+    as it is (`conversion.folders.staged_folder`), and the staging folder is removed."""
+    write_and_verify = cc._write_and_verify
+
+    def meanwhile(source, plan, staging, split, **kwargs):
+        (tmp_path / "out" / "theirs.txt").write_text("another run's")
+        return write_and_verify(source, plan, staging, split, **kwargs)
+
+    (tmp_path / "out").mkdir()
+    monkeypatch.setattr(cc, "_write_and_verify", meanwhile)
+    with pytest.raises(ConversionError, match=re.escape(
+        f"The output folder '{tmp_path / 'out'}' became non-empty during the conversion; not replacing it."
+    )):
+        convert(original, tmp_path / "out", verify=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["theirs.txt"]
+
+
 def test_refuses_a_wrong_model_type(broken, guarded_output):
     _damage_config(broken, lambda c: c.update(model_type="qwen3"))
     with pytest.raises(ConversionError, match=re.escape(

@@ -373,10 +373,12 @@ def test_codes_cache_writes_atomically_and_re_encodes_a_damaged_entry(tmp_path, 
 
 def test_tuned_model_folder_is_written_whole_with_the_original_template(tmp_path, processor):
     """`save_full_repo(..., base=)` copies the base's original_chat_template.jinja and LICENSE / NOTICE files (so that
-    `export --to-original` of a tuned model restores the original template); `_save_in_place` writes into a staging
-    folder and swaps it in: a failed save leaves the previous folder untouched and no staging folder behind."""
+    `export --to-original` of a tuned model restores the original template); the run saves it with
+    `conversion.folders.staged_folder`, into a staging folder swapped in at the end: a failed save leaves the previous
+    folder untouched and no staging folder behind."""
+    from higgs_v3.conversion.folders import staged_folder
     from higgs_v3.conversion.repo import ORIGINAL_CHAT_TEMPLATE_FILE
-    from higgs_v3.training.finetune import _save_in_place, save_full_repo
+    from higgs_v3.training.finetune import save_full_repo
 
     base = tmp_path / "base"
     base.mkdir()
@@ -386,20 +388,18 @@ def test_tuned_model_folder_is_written_whole_with_the_original_template(tmp_path
     (base / "README.md").write_text("not copied", encoding="utf-8")
     model, folder = tiny_model(), tmp_path / "out" / "model"
     folder.parent.mkdir()
-    _save_in_place(folder, lambda staging: save_full_repo(model, processor, staging, base=base))
+    with staged_folder(folder, "saving") as staging:
+        save_full_repo(model, processor, staging, base=base)
     assert (folder / ORIGINAL_CHAT_TEMPLATE_FILE).read_text(encoding="utf-8") == "{{ original }}"
     assert (folder / "LICENSE").read_text() == "license text" and (folder / "NOTICE.md").read_text() == "notice text"
     assert not (folder / "README.md").exists() and (folder / "model.safetensors").is_file()
     assert sorted(p.name for p in folder.parent.iterdir()) == ["model"]  # staging folder renamed, owner file gone
     assert not (folder / ".higgs_v3_owner.json").exists()
 
-    def dies(staging):
+    before = (folder / "model.safetensors").read_bytes()
+    with pytest.raises(KeyboardInterrupt), staged_folder(folder, "saving") as staging:
         (staging / "model.safetensors").write_bytes(b"half")
         raise KeyboardInterrupt
-
-    before = (folder / "model.safetensors").read_bytes()
-    with pytest.raises(KeyboardInterrupt):
-        _save_in_place(folder, dies)
     assert (folder / "model.safetensors").read_bytes() == before
     assert sorted(p.name for p in folder.parent.iterdir()) == ["model"]
 

@@ -189,7 +189,7 @@ def test_finetune_command(tmp_path, monkeypatch, capsys):
     assert (out / "model" / "processor_config.json").is_file() and (out / "model" / "tokenizer.json").is_file()
     assert (out / "model" / repo_files.ORIGINAL_CHAT_TEMPLATE_FILE).read_text() == "{{ original }}"
     assert (out / "model" / "LICENSE").read_text() == "license text"
-    assert not [p.name for p in out.iterdir() if "_converting_" in p.name or "_replaced_" in p.name]
+    assert not [p.name for p in out.iterdir() if "_saving_" in p.name or "_replaced_" in p.name]
     from higgs_v3.conversion.export import export_to_original
 
     export_to_original(out / "model", tmp_path / "exported")  # the tuned model in the original layout: its template

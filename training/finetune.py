@@ -43,7 +43,7 @@ from transformers.utils import logging
 
 from ..audio_io_higgs_v3 import atomic_output
 from ..generation_higgs_v3 import MAX_POSITIONS
-from ..conversion.folders import clean_stale_siblings, staging_folder, swap_into_place
+from ..conversion.folders import staged_folder
 
 
 try:
@@ -547,11 +547,13 @@ class FinetuneRun:
             summary["eval_loss"] = trainer.evaluate()["eval_loss"]  # logged by `_Progress`
         model = model.eval()
         if self.lora:
-            summary["adapter"] = str(_save_in_place(output / "adapter", lambda staging: model.save_pretrained(str(staging))))
+            with staged_folder(output / "adapter", "saving") as staging:
+                model.save_pretrained(str(staging))
+            summary["adapter"] = str(output / "adapter")
             model = model.merge_and_unload()
-        summary["model"] = str(_save_in_place(
-            output / "model", lambda staging: save_full_repo(model, processor, staging, base=source)
-        ))
+        with staged_folder(output / "model", "saving") as staging:
+            save_full_repo(model, processor, staging, base=source)
+        summary["model"] = str(output / "model")
         summary["sample"] = self._sample(model, processor, items[0].text, output) if self.sample_seconds > 0 else None
         if self.push_to_hub:
             summary["pushed"] = self._push(output)
@@ -642,23 +644,6 @@ def save_full_repo(model, processor, folder: str | os.PathLike, base: str | os.P
             if path.is_file() and (path.name == ORIGINAL_CHAT_TEMPLATE_FILE or LICENSE_FILE_PATTERN.match(path.name)):
                 shutil.copyfile(path, folder / path.name)
     check_output_folder(folder)
-    return folder
-
-
-def _save_in_place(folder: Path, save: Callable[[Path], object]) -> Path:
-    """Run `save(staging)` on a fresh staging folder beside `folder`, then swap it into place (see
-    `conversion/folders`): a killed run leaves the previous `folder` (or none), never a half-written one; what a
-    dead run left beside it is cleaned first. A failed save removes its staging folder."""
-    import shutil
-
-    clean_stale_siblings(folder)
-    staging = staging_folder(folder)
-    try:
-        save(staging)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    swap_into_place(staging, folder)
     return folder
 
 
