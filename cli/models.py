@@ -146,7 +146,7 @@ def resolve_model(name: str, log=None) -> Path:
 
 
 def _convert_original(name: str, log) -> Path:
-    from ..convert_checkpoint import converted_path
+    from ..conversion.cache import converted_path
 
     if log is not None:
         log(f"{name} is an original checkpoint: converting it once into the local cache (this takes a while)...")

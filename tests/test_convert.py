@@ -25,6 +25,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from transformers import AutoModel, AutoProcessor, GenerationConfig
 
+import higgs_v3.conversion.cache as cache
 import higgs_v3.convert_checkpoint as cc
 import higgs_v3.conversion.original_format as original_format
 import higgs_v3.conversion.verification as verification
@@ -1029,20 +1030,20 @@ def test_from_original_converts_once_into_a_cache(original, converted, tmp_path,
         calls.append((Path(source), kwargs))
         shutil.copytree(converted[0], target)
 
-    monkeypatch.setattr(cc, "convert", convert_by_copy)
-    model = cc.from_original(original, cache_dir=tmp_path / "cache", verify=False)
+    monkeypatch.setattr(cache, "convert", convert_by_copy)
+    model = cache.from_original(original, cache_dir=tmp_path / "cache", verify=False)
     assert type(model).__name__ == "HiggsAudioV3ForConditionalGeneration" and model.dtype == torch.bfloat16
     cached = sorted((tmp_path / "cache").iterdir())
     assert len(cached) == 1 and cached[0].name.startswith("higgs-audio-v3-tts-4b-")
     assert calls == [(original, {"dtype": "bfloat16", "overwrite": True, "verify": False, "codec_config": None})]
-    again = cc.from_original(original, cache_dir=tmp_path / "cache", verify=False)
+    again = cache.from_original(original, cache_dir=tmp_path / "cache", verify=False)
     assert len(calls) == 1  # not converted twice
     ids = torch.tensor([[151667, 151672, 9707, 151670]])
     with torch.no_grad():
         assert torch.equal(model(input_ids=ids).logits, again(input_ids=ids).logits)
-    assert cc.converted_path(original, tmp_path / "cache") == cached[0]
+    assert cache.converted_path(original, tmp_path / "cache") == cached[0]
     # The pair: the model and the processor of the same converted folder.
-    pair_model, processor = cc.from_original(original, cache_dir=tmp_path / "cache", verify=False, with_processor=True)
+    pair_model, processor = cache.from_original(original, cache_dir=tmp_path / "cache", verify=False, with_processor=True)
     assert len(calls) == 1 and type(processor).__name__ == "HiggsAudioV3Processor"
     expected = HiggsAudioV3Processor.from_pretrained(cached[0])("Hello there.")
     assert torch.equal(processor("Hello there.")["input_ids"], expected["input_ids"])
@@ -1051,7 +1052,7 @@ def test_from_original_converts_once_into_a_cache(original, converted, tmp_path,
 
 def test_auto_classes_on_an_original_folder_point_to_from_original(original):
     """The original repo has no processor and no `auto_map`: instead of a plain tokenizer (no TTS prompts),
-    `AutoProcessor` raises an error that names `from_original` (once the converter module is imported), and so do
+    `AutoProcessor` raises an error that names `from_original` (once `conversion.cache` is imported), and so do
     `AutoModel` / `AutoModelForTextToWaveform`; `AutoTokenizer` still reads the tokenizer."""
     from transformers import AutoTokenizer
 
@@ -1084,9 +1085,9 @@ def test_the_codec_config_is_part_of_the_cache_key(original, tmp_path, monkeypat
         Path(target).mkdir(parents=True)
         (Path(target) / "config.json").write_text("{}")
 
-    monkeypatch.setattr(cc, "convert", fake_convert)
-    first = cc.converted_path(original, tmp_path / "cache")
-    explicit = cc.converted_path(original, tmp_path / "cache", codec_config=tiny_codec_config())
+    monkeypatch.setattr(cache, "convert", fake_convert)
+    first = cache.converted_path(original, tmp_path / "cache")
+    explicit = cache.converted_path(original, tmp_path / "cache", codec_config=tiny_codec_config())
     assert first != explicit
-    assert cc.converted_path(original, tmp_path / "cache", codec_config=tiny_codec_config()) == explicit
+    assert cache.converted_path(original, tmp_path / "cache", codec_config=tiny_codec_config()) == explicit
     assert targets == [(first, None), (explicit, tiny_codec_config())]

@@ -43,6 +43,7 @@ from higgs_v3 import convert_checkpoint
 
 from higgs_v3.cli import main as cli_main
 
+from higgs_v3.conversion import cache as conversion_cache
 from higgs_v3.conversion import folders
 from higgs_v3.audio_io_higgs_v3 import (
     MAX_REFERENCE_SECONDS,
@@ -1089,16 +1090,16 @@ def test_damaged_cache_entry_is_reported_and_rebuilt(case, original, tmp_path, m
         (target / "config.json").write_text('{"model_type": "higgs_audio_v3"}')
         (target / "model.safetensors").write_bytes(bytes(range(256)) * 64)
 
-    monkeypatch.setattr(convert_checkpoint, "convert", fake_conversion)
+    monkeypatch.setattr(conversion_cache, "convert", fake_conversion)
     cache = tmp_path / "cache"
-    entry = convert_checkpoint.converted_path(original, cache)
-    assert convert_checkpoint.converted_path(original, cache) == entry and len(calls) == 1  # complete: reused
+    entry = conversion_cache.converted_path(original, cache)
+    assert conversion_cache.converted_path(original, cache) == entry and len(calls) == 1  # complete: reused
     CACHE_CASES[case](entry)
     from transformers.utils import logging as transformers_logging
 
     transformers_logging.get_logger("higgs_v3").propagate = True
     with caplog.at_level("WARNING"):
-        assert convert_checkpoint.converted_path(original, cache) == entry
+        assert conversion_cache.converted_path(original, cache) == entry
     assert len(calls) == 2
     warnings = [r.getMessage() for r in caplog.records if "is damaged" in r.getMessage()]
     assert len(warnings) == 1 and "\n" not in warnings[0] and str(entry) in warnings[0], caplog.text
@@ -1118,9 +1119,9 @@ def test_concurrent_conversions_into_one_cache_convert_once(original, tmp_path, 
         target.mkdir(parents=True)
         (target / "config.json").write_text("{}")
 
-    monkeypatch.setattr(convert_checkpoint, "convert", slow_conversion)
+    monkeypatch.setattr(conversion_cache, "convert", slow_conversion)
     results = []
-    threads = [threading.Thread(target=lambda: results.append(convert_checkpoint.converted_path(original, tmp_path)))
+    threads = [threading.Thread(target=lambda: results.append(conversion_cache.converted_path(original, tmp_path)))
                for _ in range(2)]
     for thread in threads:
         thread.start()
