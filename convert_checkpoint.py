@@ -24,40 +24,43 @@ Four steps, each in its own module:
    `conversion.verification.verify_conversion`: the folder, loaded in a fresh process, against an independent forward
    over the original tensors.
 
-Everything is written into a temporary folder next to the output and renamed at the end: a failed run leaves the
-output as it was, and what a killed run leaves is cleaned up by the next (`conversion/folders`). `--push-to-hub`
-uploads the result with `HfApi.upload_folder`. No pickle is loaded anywhere.
+Everything is written into a staging folder next to the output and swapped into place at the end
+(`conversion.folders.staged_folder`): a failed run leaves the output as it was, and what a killed run leaves is
+cleaned up by the next. No pickle is loaded anywhere.
 
-`from_original` (a conversion kept in a local cache, then loaded) is `conversion/cache`'s.
+The command line (options, the summary, `--push-to-hub`, `--to-original`) is `higgs-v3 convert` (`cli/convert`);
+running this file is the same command. `from_original` (a conversion kept in a local cache, then loaded) is
+`conversion/cache`'s.
 """
 
 from __future__ import annotations
 
 
-if __name__ == "__main__" and not __package__:  # pragma: no cover - `python convert_checkpoint.py ...`
-    # Run as a script: import this folder as the `higgs_v3` package so the relative imports below work.
-    import importlib.util as _importlib_util
-    import os as _os
+if __name__ == "__main__":  # pragma: no cover - `python convert_checkpoint.py`, `python -m higgs_v3.convert_checkpoint`
+    # The script is the command line's `convert` under this file's name. Run as a file, this folder is imported as the
+    # `higgs_v3` package first.
     import sys as _sys
 
-    _here = _os.path.dirname(_os.path.abspath(__file__))
-    _spec = _importlib_util.spec_from_file_location(
-        "higgs_v3", _os.path.join(_here, "__init__.py"), submodule_search_locations=[_here]
-    )
-    _package = _importlib_util.module_from_spec(_spec)
-    _sys.modules["higgs_v3"] = _package
-    _spec.loader.exec_module(_package)
-    from higgs_v3.convert_checkpoint import main as _main
+    if not __package__:
+        import importlib.util as _importlib_util
+        import os as _os
 
-    raise SystemExit(_main())
+        _here = _os.path.dirname(_os.path.abspath(__file__))
+        _spec = _importlib_util.spec_from_file_location(
+            "higgs_v3", _os.path.join(_here, "__init__.py"), submodule_search_locations=[_here]
+        )
+        _package = _importlib_util.module_from_spec(_spec)
+        _sys.modules["higgs_v3"] = _package
+        _spec.loader.exec_module(_package)
+    from higgs_v3.cli.main import main as _main
 
-import argparse
+    raise SystemExit(_main(["convert", *_sys.argv[1:]], convert_prog="convert_checkpoint.py"))
+
 import copy
 import functools
 import json
 import math
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,14 +70,10 @@ from transformers.utils import logging
 from .configuration_higgs_v3 import REAL_CODEC_CONFIG, HiggsAudioV3Config
 from .conversion.repo import (
     AS_HEAD,
-    WEIGHT_DTYPES,
     PlannedTensor,
-    check_hub_push,
     check_output_folder,
     check_shard_size,
-    push_folder_to_hub,
     shard_split,
-    upload_later_hint,
     verify_written_tensors,
     weight_dtype,
     write_model_card,
@@ -104,10 +103,6 @@ from .conversion.verification import verify_conversion
 
 
 logger = logging.get_logger(__name__)
-
-DTYPES: dict[str, torch.dtype] = WEIGHT_DTYPES
-"""Accepted `--dtype` values for the language model (the codec is always stored in float32): the export's table too
-(`conversion.repo.WEIGHT_DTYPES`)."""
 
 DEFAULT_MAX_SHARD_SIZE: str = "2GB"
 """Largest safetensors shard by default. Shards are written one at a time, so the converter's peak memory is about one
@@ -140,16 +135,6 @@ class ConversionResult:
     tie_word_embeddings: bool
     max_abs_diff: float | None = None
     tolerance: float | None = None
-    pushed_to: str | None = None
-
-
-class PushError(ConversionError):
-    """The conversion succeeded but the upload failed: `result` is the complete conversion (its folder is in place);
-    the message says how to upload it later."""
-
-    def __init__(self, message: str, result: ConversionResult):
-        super().__init__(message)
-        self.result = result
 
 
 # ------------------------------------------------------------------------------------------------------------- plan
@@ -447,7 +432,7 @@ def _write_and_verify(
     max_abs_diff = tolerance = None
     if verify:
         verify_written_tensors(source, plan.tensors, staging, shards)
-        max_abs_diff, tolerance = verify_conversion(source, plan.config, staging, DTYPES[dtype])
+        max_abs_diff, tolerance = verify_conversion(source, plan.config, staging, weight_dtype(dtype))
     write_model_card(staging, source.directory, plan.config, dtype=dtype, base_model=base_model,
                      max_abs_diff=max_abs_diff, copied_license=copied_license, repo_id=repo_id)
     return shards, max_abs_diff, tolerance
@@ -464,9 +449,7 @@ def convert(
     verify: bool = True,
     codec_config: dict | None = None,
     without_codec: bool = False,
-    push_to_hub: str | None = None,
-    private: bool = False,
-    token: str | None = None,
+    repo_id: str | None = None,
     base_model: str = ORIGINAL_REPO_ID,
     cache_dir: str | None = None,
 ) -> ConversionResult:
@@ -474,10 +457,9 @@ def convert(
 
     The output is assembled in a temporary folder next to `output_dir`, verified (unless `verify=False`), and only
     then renamed into place; a non-empty `output_dir` is refused unless `overwrite`. `codec_config` overrides the
-    codec config (default: the input folder's `higgs_audio_v2_tokenizer_config.json`, else the real one).
-    `push_to_hub` uploads the result with `HfApi.upload_folder`: the Hub and the login are checked before converting,
-    and a failed upload raises `PushError` (whose `result` is the complete conversion). Raises `ConversionError` with
-    the reason.
+    codec config (default: the input folder's `higgs_audio_v2_tokenizer_config.json`, else the real one). `repo_id`:
+    the Hub repo the model card's usage names (the folder is uploaded by `conversion.repo.push_folder_to_hub`).
+    Raises `ConversionError` with the reason.
 
     >>> result = convert("path/to/higgs-audio-v3-tts-4b", "higgs-audio-v3-hf")  # doctest: +SKIP
     >>> result.max_abs_diff <= result.tolerance  # doctest: +SKIP
@@ -486,8 +468,6 @@ def convert(
     torch_dtype = _check_options(dtype, max_shard_size)
     clean_stale_siblings(Path(output_dir).expanduser().absolute())  # a killed run's leftovers; a lost output restored
     output = _check_output(output_dir, overwrite)
-    if push_to_hub:  # before a conversion that takes long on the real checkpoint
-        check_hub_push(push_to_hub, token)
     source_dir = _check_input(resolve_input(input_path, revision=revision, cache_dir=cache_dir), output)
     source = read_original(source_dir)
     plan = plan_conversion(source, torch_dtype, codec_config=codec_config, without_codec=without_codec)
@@ -495,157 +475,18 @@ def convert(
 
     with staged_folder(output, "converting", overwrite=overwrite) as staging:
         shards, max_abs_diff, tolerance = _write_and_verify(
-            source, plan, staging, split, verify=verify, dtype=dtype, base_model=base_model, repo_id=push_to_hub
+            source, plan, staging, split, verify=verify, dtype=dtype, base_model=base_model, repo_id=repo_id
         )
-    result = ConversionResult(output, len(plan.tensors), shards, plan.ignored, plan.config.tie_word_embeddings,
-                              max_abs_diff, tolerance)
-    if push_to_hub:
-        try:
-            result.pushed_to = push_folder_to_hub(output, push_to_hub, private=private, token=token)
-        except Exception as error:  # the Hub's errors are many; the folder is complete either way
-            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise PushError(f"The upload to {push_to_hub} failed ({reason}). {upload_later_hint(output, push_to_hub)}",
-                            result) from error
-    return result
-
-
-# ------------------------------------------------------------------------------------------------------ command line
-EXIT_USER_ERROR = 2
-"""The exit code of a fault of the input, output or options (as `higgs-v3 convert` and argparse exit)."""
-
-
-def _shard_size_argument(text: str) -> int | str:
-    """A number of bytes as an `int`; anything else is left for `huggingface_hub` to parse (`5GB`, `500MB`)."""
-    return int(text) if text.isdigit() else text
-
-
-class _OneLineParser(argparse.ArgumentParser):
-    """argparse whose usage errors are one line and exit code 2 (as `higgs-v3`'s)."""
-
-    def error(self, message: str):
-        self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-def _parser(prog: str) -> argparse.ArgumentParser:
-    parser = _OneLineParser(
-        prog=prog, description="Convert the original Higgs Audio v3 checkpoint into a verified Transformers repo."
-    )
-    parser.add_argument("--input", required=True, help=f"original folder or Hub repo id (e.g. {ORIGINAL_REPO_ID})")
-    parser.add_argument("--revision", default=None, help="Hub revision (branch, tag or commit) of --input")
-    parser.add_argument("--output", required=True, help="folder to write (must be empty unless --overwrite)")
-    parser.add_argument(
-        "--dtype", default="bfloat16", choices=sorted(DTYPES), help="language model dtype (the codec stays float32)"
-    )
-    parser.add_argument("--max-shard-size", default=DEFAULT_MAX_SHARD_SIZE, type=_shard_size_argument,
-                        help=f"largest safetensors shard (default {DEFAULT_MAX_SHARD_SIZE}; the converter's peak memory "
-                        "is about one shard): 2GB, 500MB (KB, MB, GB, TB) or a number of bytes")
-    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
-    parser.add_argument("--push-to-hub", default=None, metavar="REPO_ID", help="upload the result in one commit")
-    parser.add_argument("--private", action="store_true", help="create the Hub repo as private")
-    parser.add_argument("--codec-config", default=None, metavar="FILE",
-                        help=f"the codec's config as JSON (default: {ORIGINAL_CODEC_CONFIG_FILE} in the input folder, "
-                        "else the real codec's)")
-    parser.add_argument("--without-codec", action="store_true", help="convert the language model only")
-    parser.add_argument("--no-verify", action="store_true", help="skip the verification (not recommended)")
-    # *** export (conversion.export): the other direction ***
-    parser.add_argument("--to-original", action="store_true",
-                        help="the other direction: write the converted (or fine-tuned) repo --input in the original "
-                        "layout (for vllm-omni / sglang-omni); takes --output, --dtype, --max-shard-size, --overwrite")
-    parser.add_argument("--original", default=None, metavar="DIR",
-                        help="with --to-original: the original checkpoint the repo was converted from (the codec's "
-                        "training-only tensor is copied from it, else zeros; and its chat_template.jinja when the repo "
-                        "no longer keeps the original's)")
-    return parser
-
-
-def _export_main(args) -> int:
-    """`--to-original`: the export, printed as the conversion is. Options of the other direction are refused."""
-    from .conversion.export import export_to_original
-
-    given = [flag for flag, value in (("--revision", args.revision), ("--push-to-hub", args.push_to_hub),
-                                      ("--codec-config", args.codec_config), ("--without-codec", args.without_codec),
-                                      ("--no-verify", args.no_verify), ("--private", args.private)) if value]
-    if given:
-        raise ConversionError(f"{', '.join(given)} do(es) not apply to --to-original (it takes --input, --output, "
-                              "--dtype, --max-shard-size, --overwrite and --original).")
-    result = export_to_original(args.input, args.output, dtype=args.dtype, max_shard_size=args.max_shard_size,
-                                overwrite=args.overwrite, original=args.original)
-    print(f"Exported {result.num_tensors} tensors ({result.dtype}) in the original layout into {result.output_dir} "
-          f"({', '.join(result.shards)}).")
-    for name, how in sorted(result.filled.items()):
-        print(f"  {name}: {how}")
-    return 0
-    # *** end export ***
-
-
-def main(argv: list[str] | None = None, prog: str = "convert_checkpoint.py") -> int:
-    """The command line: convert, print what was written, ignored and verified. Returns 0; 2 after printing a fault
-    of the input, output or options (`ConversionError` and every other `ValueError` / `OSError`) as one line; 130 when
-    interrupted (the output is left as it was). `HIGGS_V3_DEBUG=1` shows the traceback instead."""
-    args = _parser(prog).parse_args(argv)
-    if args.original is not None and not args.to_original:
-        print(f"{prog}: error: --original only applies to --to-original.", file=sys.stderr)
-        return EXIT_USER_ERROR
-    try:
-        if args.to_original:
-            return _export_main(args)
-        result = convert(
-            args.input,
-            args.output,
-            revision=args.revision,
-            dtype=args.dtype,
-            max_shard_size=args.max_shard_size,
-            overwrite=args.overwrite,
-            verify=not args.no_verify,
-            codec_config=read_codec_config_file(args.codec_config) if args.codec_config else None,
-            without_codec=args.without_codec,
-            push_to_hub=args.push_to_hub,
-            private=args.private,
-        )
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted; the output was left as it was.", file=sys.stderr)
-        return 130
-    except PushError as error:  # the conversion is complete: its summary, then the failed upload (not a user fault)
-        _print_summary(error.result)
-        print(f"{prog}: error: {error}", file=sys.stderr)
-        return 1
-    except (ValueError, OSError) as error:  # ConversionError is a ValueError
-        if os.environ.get("HIGGS_V3_DEBUG"):
-            raise
-        message = " ".join(str(error).split()) or type(error).__name__
-        if isinstance(error, FileNotFoundError) and error.filename and "No such file" in message:
-            message = f"{error.filename!s} does not exist."
-        print(f"{prog}: error: {message}", file=sys.stderr)
-        return EXIT_USER_ERROR
-    _print_summary(result)
-    if result.pushed_to:
-        print(f"Pushed to {result.pushed_to}")
-    return 0
-
-
-def _print_summary(result: ConversionResult) -> None:
-    print(f"Converted {result.num_tensors} tensors into {result.output_dir} ({', '.join(result.shards)}).")
-    for name, reason in sorted(result.ignored.items()):
-        print(f"  ignored {name}: {reason}")
-    if result.max_abs_diff is not None:
-        print(f"Verified: max |diff| of the audio logits = {result.max_abs_diff:.3e} "
-              f"(tolerance {result.tolerance:.3e}).")
-    else:
-        print("Not verified (--no-verify).")
+    return ConversionResult(output, len(plan.tensors), shards, plan.ignored, plan.config.tie_word_embeddings,
+                            max_abs_diff, tolerance)
 
 
 __all__ = [
     "ConversionError",
     "ConversionPlan",
     "ConversionResult",
-    "DTYPES",
-    "PushError",
     "build_config",
     "convert",
-    "main",
     "plan_conversion",
 ]
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

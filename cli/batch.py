@@ -35,9 +35,7 @@ processes' items) and prints the summary.
 
 from __future__ import annotations
 
-import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -63,9 +61,6 @@ MANIFEST_KEYS: dict[str, str] = {
 
 AUDIO_SUFFIXES: tuple[str, ...] = (".wav", ".flac", ".ogg")
 """Output suffixes written as such; any other name gets `.wav` appended."""
-
-EXIT_ERROR = 2
-
 
 @dataclass(frozen=True)
 class BatchItem:
@@ -397,48 +392,13 @@ def _progress_bar(total: int, rank: int, world: int):
     return tqdm(total=total, desc=label, position=rank, file=sys.stderr, leave=True, dynamic_ncols=True)
 
 
-# ============================================================================================= command line
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):
-        self.exit(EXIT_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+# ============================================================================================= the command
+def cmd_batch(args) -> int:
+    """`higgs-v3 batch` (its options: `cli/main`): read and check the manifest, load the model on this process's
+    device, run, summarize."""
+    from ..sampling_higgs_v3 import check_seed
 
-
-def _positive(kind):
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-        if not (math.isfinite(value) and value > 0):
-            raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-        return value
-
-    return parse
-
-
-def build_parser(prog: str = "higgs-v3 batch") -> argparse.ArgumentParser:
-    from .models import DEFAULT_MODEL
-
-    parser = _Parser(prog=prog, description="Speak every line of a JSONL manifest into its own audio file (resumable; "
-                     "data-parallel under accelerate launch / torchrun).")
-    parser.add_argument("manifest", help="JSONL file, one item per line: text, output, and optionally seed, voice, "
-                        "reference, reference_text")
-    parser.add_argument("--out-dir", required=True, help="folder for the audio files, the records and results.jsonl")
-    parser.add_argument("--model", default=os.environ.get("HIGGS_V3_MODEL", DEFAULT_MODEL),
-                        help="tiny-random, a converted or original folder, or a Hub repo id")
-    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, mps (under a launcher: each process's own)")
-    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
-    parser.add_argument("--batch-size", type=_positive(int), default=8, help="chunks per generate call (default 8)")
-    parser.add_argument("--max-seconds", type=_positive(float), default=None, help="audio limit per chunk")
-    parser.add_argument("--seed", type=int, default=0, help="base seed of the items without one (their index added, "
-                        "then moved past the seeds other items' chunks use)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
-    return parser
-
-
-def main(argv: list[str] | None = None, prog: str = "higgs-v3 batch") -> int:
-    """`higgs-v3 batch`: read and check the manifest, load the model on this process's device, run, summarize."""
-    args = build_parser(prog).parse_args(argv)
+    check_seed(args.seed, "--seed")
     items = read_manifest(args.manifest, base_seed=args.seed)
     out_dir = Path(args.out_dir)
     if out_dir.exists() and not out_dir.is_dir():
@@ -479,8 +439,7 @@ __all__ = [
     "RECORDS_DIR",
     "RESULTS_FILE",
     "assign_default_seeds",
-    "build_parser",
-    "main",
+    "cmd_batch",
     "read_manifest",
     "run_batch",
 ]

@@ -53,7 +53,6 @@ from .repo import (
     LICENSE_FILE_PATTERN,
     ORIGINAL_CHAT_TEMPLATE_FILE,
     TOKENIZER_FILES,
-    WEIGHT_DTYPES,
     PlannedTensor,
     check_shard_size,
     shard_split,
@@ -89,10 +88,6 @@ from ..processing_higgs_v3 import TTS_CHAT_TEMPLATE
 
 logger = logging.get_logger(__name__)
 
-
-EXPORT_DTYPES: dict[str, torch.dtype] = WEIGHT_DTYPES
-"""Accepted `--dtype` values of the export (every tensor, the codec included, is written in it; the original is
-bf16): the converter's table (`conversion.repo.WEIGHT_DTYPES`)."""
 
 CODEC_CONFIG_BOOKKEEPING: dict = {"architectures": ["HiggsAudioV2TokenizerModel"], "dtype": "float32"}
 """What the codec config file carries besides the settings (as the codec's own `save_pretrained` writes it)."""
@@ -437,7 +432,7 @@ def export_to_original(
     >>> result.num_tensors  # doctest: +SKIP
     927
     """
-    weight_dtype(dtype)
+    torch_dtype = weight_dtype(dtype)  # every tensor's, the codec's included (the original is all bf16)
     check_shard_size(max_shard_size)
     source = Path(input_dir).expanduser()
     clean_stale_siblings(Path(output_dir).expanduser().absolute())  # a killed run's leftovers; a lost output restored
@@ -457,16 +452,15 @@ def export_to_original(
     planned, filled = _plan(config, tensors, original_dir)
 
     with staged_folder(output, "exporting", overwrite=overwrite) as staging:
-        shards = _write_weights(planned, EXPORT_DTYPES[dtype], staging, max_shard_size)
+        shards = _write_weights(planned, torch_dtype, staging, max_shard_size)
         filled.update(_write_other_files(source, config, staging, dtype, original_dir))
-        _verify(planned, EXPORT_DTYPES[dtype], staging)
+        _verify(planned, torch_dtype, staging)
     return ExportResult(output, len(planned), shards, filled, dtype)
 
 
 __all__ = [
     "CHAT_TEMPLATE_FILE",
     "CODEC_CONFIG_BOOKKEEPING",
-    "EXPORT_DTYPES",
     "ExportResult",
     "INVERSE_TABLE",
     "TOKENIZER_CONFIG_DROPPED",

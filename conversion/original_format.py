@@ -288,6 +288,11 @@ class ConversionError(ValueError):
     """The input cannot be converted, or the converted model failed verification. The message says why."""
 
 
+class PushError(RuntimeError):
+    """A complete folder could not be uploaded to the Hub (the network, the Hub): not a fault of the input. The message
+    says how to upload it later (`conversion.repo.push_folder_to_hub`)."""
+
+
 @dataclass(frozen=True)
 class SourceTensor:
     """One tensor of a safetensors file: where it is and what its header says (`dtype` is the safetensors name)."""
@@ -544,6 +549,7 @@ __all__ = [
     "ORIGINAL_MODEL_TYPE",
     "ORIGINAL_REPO_ID",
     "OriginalCheckpoint",
+    "PushError",
     "QWEN_SPECIAL_TOKENS",
     "SourceTensor",
     "TEXT_CONFIG_FIELDS",

@@ -472,14 +472,32 @@ def test_convert_help_names_the_command(capsys):
     assert out.startswith("usage: higgs-v3 convert ") and "convert_checkpoint.py" not in out
 
 
-@pytest.mark.parametrize("code,expected", [(0, 0), (None, 0), (1, 1), (2, 2), (130, 130), (7, 2)])
-def test_convert_keeps_the_converter_exit_codes(monkeypatch, code, expected):
-    """`higgs-v3 convert` exits as `convert_checkpoint.py` does: 1 for a failed upload of a complete conversion (not
-    a user fault), 2 for a user fault, 130 when interrupted."""
+@pytest.mark.parametrize("raised, code, message", [
+    (None, 0, ""),
+    (ValueError("The input 'x' is neither an existing folder nor a Hub repo id."), 2,
+     "higgs-v3 convert: error: The input 'x' is neither an existing folder nor a Hub repo id.\n"),
+    (KeyboardInterrupt(), 130, "higgs-v3 convert: interrupted\n"),
+    (RuntimeError("boom"), 1, "higgs-v3 convert: internal error: RuntimeError: boom (set HIGGS_V3_DEBUG=1 for the "
+                              "traceback)\n"),
+], ids=["success", "user fault", "interrupted", "bug"])
+def test_convert_runs_through_the_one_error_path(monkeypatch, capsys, raised, code, message):
+    """`higgs-v3 convert` (and `python convert_checkpoint.py`, the same command) exits through the command line's one
+    error path: 0, 2 for a fault of the input, output or options, 130 when interrupted, 1 for a bug; a failed upload of
+    a complete conversion is 1 too (test_convert.py)."""
     from higgs_v3 import convert_checkpoint
+    from higgs_v3.conversion.original_format import ConversionError
 
-    monkeypatch.setattr(convert_checkpoint, "main", lambda argv, prog: code)
-    assert cli_main.cmd_convert(["--input", "x", "--output", "y"]) == expected
+    def conversion(*args, **kwargs):
+        if raised is not None:
+            raise ConversionError(str(raised)) if isinstance(raised, ValueError) else raised
+        return convert_checkpoint.ConversionResult(Path("out"), 3, ["model.safetensors"], {}, True)
+
+    monkeypatch.setattr(convert_checkpoint, "convert", conversion)
+    assert main_restoring_library_settings(["convert", "--input", "x", "--output", "y", "--no-verify"]) == code
+    captured = capsys.readouterr()
+    assert captured.err == message
+    if raised is None:
+        assert captured.out == "Converted 3 tensors into out (model.safetensors).\nNot verified (--no-verify).\n"
 
 
 # ----------------------------------------------------------------------------------------- the README's commands

@@ -23,7 +23,8 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoProcessor
 
 from higgs_v3.conversion import export
-from higgs_v3.convert_checkpoint import convert, main
+from higgs_v3.cli.main import main as cli_main
+from higgs_v3.convert_checkpoint import convert
 from higgs_v3.conversion.repo import ORIGINAL_CHAT_TEMPLATE_FILE
 from higgs_v3.conversion.export import export_to_original, original_name
 from higgs_v3.modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
@@ -43,6 +44,11 @@ ORIGINAL_FILES = ["LICENSE", "chat_template.jinja", "config.json", "higgs_audio_
 def _headers(directory: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
     with safe_open(str(directory / "model.safetensors"), framework="pt") as f:
         return {name: (f.get_slice(name).get_dtype(), tuple(f.get_slice(name).get_shape())) for name in f.keys()}
+
+
+def main(argv: list[str]) -> int:
+    """`python convert_checkpoint.py ARGV`, in this process: the command line's `convert` under the script's name."""
+    return cli_main(["convert", *argv], convert_prog="convert_checkpoint.py")
 
 
 def _run_main(argv: list[str]) -> tuple[int, str, str]:
@@ -247,11 +253,12 @@ def test_untied_heads_come_back_under_their_names(tmp_path):
 
 # ------------------------------------------------------------------------------------------------------ refusals
 def test_the_converter_and_the_export_share_one_dtype_table(tmp_path):
-    """`--dtype` has one table for both directions (`repo_files.WEIGHT_DTYPES`) and one refusal."""
-    from higgs_v3 import convert_checkpoint
+    """`--dtype` has one table for both directions (`repo_files.WEIGHT_DTYPES`, whose names the command line's parser
+    offers without importing torch) and one refusal."""
+    from higgs_v3.cli import main as cli_module
     from higgs_v3.conversion import repo as repo_files
 
-    assert convert_checkpoint.DTYPES is export.EXPORT_DTYPES is repo_files.WEIGHT_DTYPES
+    assert cli_module.DTYPES == tuple(repo_files.WEIGHT_DTYPES)
     assert repo_files.WEIGHT_DTYPES == {"bfloat16": torch.bfloat16, "float16": torch.float16,
                                                      "float32": torch.float32}
     message = "dtype 'int8' is not supported; use one of bfloat16, float16, float32."

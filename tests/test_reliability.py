@@ -711,7 +711,7 @@ def test_original_checkpoint(case, original, tmp_path, monkeypatch, capsys):
     (tmp_path / "full" / "keep.txt").write_text("mine")
     options = ["--input", str(source), "--output", "out", "--no-verify", *(extra[0] if extra else [])]
     with nothing_lost(tmp_path):
-        code = convert_checkpoint.main(options, prog="convert_checkpoint.py")
+        code = cli_main.main(["convert", *options], convert_prog="convert_checkpoint.py")
     err = capsys.readouterr().err
     assert code == 2, err
     assert_one_line(err, "convert_checkpoint.py: error: ", fragment)
@@ -935,8 +935,8 @@ def _convert_full(stage):
                 raise KeyboardInterrupt
 
             monkeypatch.setattr(convert_checkpoint, "_write_and_verify", interrupted)
-            code = convert_checkpoint.main(["--input", str(original), "--output", str(output), "--overwrite",
-                                            "--without-codec", "--no-verify"])
+            code = cli_main.main(["convert", "--input", str(original), "--output", str(output), "--overwrite",
+                                  "--without-codec", "--no-verify"])
             assert code == 130
         elif stage == "swap":  # the second rename fails: the old output comes back on the next run
             rename = os.rename
@@ -1211,7 +1211,7 @@ def test_sigkill_mid_conversion_then_the_next_run_cleans_up(original, tmp_path):
     assert (output / "keep.txt").read_text() == "previous"
     assert len(staging()) == 1  # the dead run's leftover
     with contextlib.redirect_stdout(io.StringIO()):  # the next run, in this process (a fresh one costs seconds)
-        assert convert_checkpoint.main(args[2:]) == 0
+        assert cli_main.main(["convert", *args[2:]]) == 0
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != "cache") == ["out"]
     assert (output / "config.json").is_file() and not (output / "keep.txt").exists()
     assert not (output / folders.OWNER_FILE).exists()
