@@ -355,38 +355,26 @@ def _add_speak_parser(commands) -> None:
 
 
 # ================================================================================================= speak
-def _check_input_file(path: str, what: str, who: str = "") -> None:
+def _check_input_file(path: str, what: str) -> None:
     if os.path.isdir(path):
-        raise CliError(f"{what} {path!r}{who} is a folder, not a file.")
+        raise CliError(f"{what} {path!r} is a folder, not a file.")
     if not os.path.isfile(path):
-        raise CliError(f"{what} {path!r}{who} does not exist.")
+        raise CliError(f"{what} {path!r} does not exist.")
     if not os.access(path, os.R_OK):
-        raise CliError(f"{what} {path!r}{who} is not readable.")
+        raise CliError(f"{what} {path!r} is not readable.")
 
 
-def _check_audio_file(path: str, what: str, who: str = "") -> None:
-    """A reference clip must be a file libsndfile can read (checked before any model is loaded)."""
-    _check_input_file(path, what, who)
-    import soundfile
+def _load_reference(path: str) -> None:
+    """A reference given on the command line, loaded as the library loads it, so that a bad one is refused before any
+    model work: a voice file with `HiggsAudioV3Voice.load` (its header, format, version and length; it is small), a
+    clip with `prepare_reference_waveform` (its header first: an over-long clip is refused unread). A clip's URL is
+    fetched (and refused in one line) when it is encoded, not twice."""
+    from ..audio_io_higgs_v3 import VOICE_FILE_SUFFIXES, HiggsAudioV3Voice, is_audio_url, prepare_reference_waveform
 
-    from ..audio_io_higgs_v3 import MAX_REFERENCE_SECONDS
-
-    try:
-        info = soundfile.info(path)
-    except Exception as error:  # soundfile raises LibsndfileError (a RuntimeError) or TypeError for non-audio files
-        reason = " ".join(str(error).split()) or type(error).__name__
-        raise CliError(f"{what} {path!r}{who} is not readable audio ({reason}); use wav, flac or ogg.") from error
-    if info.samplerate > 0 and info.frames > MAX_REFERENCE_SECONDS * info.samplerate:  # from the header, unread
-        raise CliError(f"{what} {path!r}{who} is {info.frames / info.samplerate:.1f} s long; the longest accepted is "
-                       f"{MAX_REFERENCE_SECONDS:g} s (5 to 30 s of clean speech is enough to clone a voice).")
-
-
-def _check_voice_file(path: str, what: str, who: str = "") -> None:
-    """A voice file must load (`HiggsAudioV3Voice.load`: its header, format, version and length; it is small)."""
-    _check_input_file(path, what, who)
-    from ..audio_io_higgs_v3 import HiggsAudioV3Voice
-
-    HiggsAudioV3Voice.load(path)
+    if Path(path).suffix.lower() in VOICE_FILE_SUFFIXES:
+        HiggsAudioV3Voice.load(path)
+    elif not is_audio_url(path):
+        prepare_reference_waveform(path)
 
 
 def _voice_source(spec: str, speaker: str | None) -> tuple[str, str | None]:
@@ -525,25 +513,19 @@ class SpeakRequest:
 
     # ------------------------------------------------------------------ checks
     def validate(self) -> None:
-        """Every check that needs no model, cheapest first: the text, option combinations, input files, outputs, then
-        (importing the library) the seed, the voice files and the dialogue script's speakers and voices."""
+        """Every check that needs no model, cheapest first: the text (read), option combinations, the references (loaded
+        by the library), the outputs, the seed, --max-seconds, the dialogue script's speakers and voices. The text's own
+        checks are the processor's (`check_texts`)."""
         self.text = self._read_text()
         self._check_options()
         self._check_inputs()
         self._check_outputs()
-        from ..sampling_higgs_v3 import check_seed
         from ..audio_io_higgs_v3 import VOICE_FILE_SUFFIXES
+        from ..sampling_higgs_v3 import check_seed
 
         check_seed(self.seed, "--seed")
         if self.save_voice:
             _check_output(self.save_voice, "the voice file", VOICE_FILE_SUFFIXES)
-        for name, (path, _) in self.voices.items():
-            if Path(path).suffix.lower() not in VOICE_FILE_SUFFIXES:
-                _check_audio_file(path, "Reference clip", f" for speaker {name!r}")
-            else:
-                _check_voice_file(path, "Voice file", f" for speaker {name!r}")
-        if not self.dialogue and self.voice and Path(self.voice[0]).suffix.lower() in VOICE_FILE_SUFFIXES:
-            _check_voice_file(self.voice[0], "Voice file")
         self._check_max_seconds()
         if self.dialogue:
             from ..chunking_higgs_v3 import check_dialogue_voices, parse_dialogue
@@ -579,18 +561,11 @@ class SpeakRequest:
             raise CliError(f"--dialogue reads the script from TEXT, and {self.text!r} is a file name; read the script "
                            f"from it with --dialogue --text-file {self.text}.")
         else:
-            return self._non_empty(self.text)
+            return self.text  # an empty one is refused by the processor's text check (`check_texts`)
         try:
-            return self._non_empty(data.decode("utf-8-sig"))
+            return data.decode("utf-8-sig")
         except UnicodeDecodeError as error:
             raise CliError(f"Could not read {where} as UTF-8 text ({error.reason} at byte {error.start}).") from error
-
-    @staticmethod
-    def _non_empty(text: str) -> str:
-        # The processor's rule, applied before any model is resolved (which may download); it applies it again.
-        if not text.strip():
-            raise CliError("The text is empty; there is nothing to speak.")
-        return text
 
     def _check_options(self) -> None:
         if self.dialogue:
@@ -618,19 +593,12 @@ class SpeakRequest:
         return self.ref_audio or (self.voice[0] if self.voice else None)
 
     def _check_inputs(self) -> None:
+        """Every reference (--ref-audio, --voice, a dialogue's voices) loaded by the library (`_load_reference`)."""
         if self.dialogue:
             self.voices = _parse_dialogue_voices(self.voice)
-        elif self.ref_audio:
-            from ..audio_io_higgs_v3 import is_audio_url
-
-            if not is_audio_url(self.ref_audio):  # a URL is fetched (and refused in one line) when it is encoded
-                _check_audio_file(self.ref_audio, "Reference audio file")
-        elif self.voice:
-            _check_input_file(self.voice[0], "Voice file")
-            from ..audio_io_higgs_v3 import VOICE_FILE_SUFFIXES
-
-            if Path(self.voice[0]).suffix.lower() not in VOICE_FILE_SUFFIXES:  # a clip given with --voice
-                _check_audio_file(self.voice[0], "Reference audio file")
+        for path in [self.reference] if not self.dialogue else [path for path, _ in self.voices.values()]:
+            if path is not None:
+                _load_reference(path)
 
     def _check_outputs(self) -> None:
         _check_audio_output(self.output)
