@@ -116,12 +116,37 @@ def _output_name(value, where: str) -> str:
     return name if Path(name).suffix.lower() in AUDIO_SUFFIXES else name + ".wav"
 
 
+def _source_file(value, key: str, manifest: Path, where: str, loaded: set[str]) -> str | None:
+    """A line's `voice` or `reference`: None, an http(s) URL of a clip (fetched when the item is spoken, as the API
+    fetches it), or a file read from the manifest's folder and loaded as the library loads it (a voice with
+    `HiggsAudioV3Voice.load`, a clip with `prepare_reference_waveform`), so that a bad one is refused before any
+    model work, naming the line. Returns the resolved path (or the URL)."""
+    from ..audio_io_higgs_v3 import HiggsAudioV3Voice, is_audio_url, prepare_reference_waveform
+
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{where}: '{key}' must be a file path, got {value!r}.")
+    if key == "reference" and is_audio_url(value):
+        return value.strip()
+    file = (manifest.parent / Path(value).expanduser()).resolve()
+    if not file.is_file():
+        raise ValueError(f"{where}: the {key} file {value!r} does not exist (relative paths are read from the "
+                         f"manifest's folder, {str(manifest.parent.resolve())!r}).")
+    if str(file) not in loaded:
+        try:
+            HiggsAudioV3Voice.load(file) if key == "voice" else prepare_reference_waveform(file)
+        except (ValueError, OSError) as error:
+            raise ValueError(f"{where}: {' '.join(str(error).split())}") from error
+        loaded.add(str(file))
+    return str(file)
+
+
 def read_manifest(path: str | os.PathLike, base_seed: int = 0) -> list[BatchItem]:
-    """The items of a JSONL manifest, each line checked (keys, types, seeds, files, unique outputs). Relative paths are
-    read from the manifest's folder. A line without `seed` gets `base_seed` plus its index (0-based, over the items),
+    """The items of a JSONL manifest, each line checked (keys, types, seeds, files loaded, unique outputs). Relative
+    paths are read from the manifest's folder. A line without `seed` gets `base_seed` plus its index (0-based, over the items),
     flagged `default_seed` (`run_batch` moves it with `assign_default_seeds` where other chunks use it). Raises
     `ValueError` naming the line, or `OSError` when the manifest cannot be read."""
-    from ..audio_io_higgs_v3 import is_audio_url
     from ..sampling_higgs_v3 import check_seed
 
     path = Path(path)
@@ -131,6 +156,7 @@ def read_manifest(path: str | os.PathLike, base_seed: int = 0) -> list[BatchItem
         raise ValueError(f"The manifest {str(path)!r} is not UTF-8 text ({error}).") from error
     items: list[BatchItem] = []
     outputs: dict[str, int] = {}
+    loaded: set[str] = set()  # voice and clip files already loaded (many lines may share one)
     for number, raw in enumerate(lines, start=1):
         if not raw.strip():
             continue
@@ -158,21 +184,7 @@ def read_manifest(path: str | os.PathLike, base_seed: int = 0) -> list[BatchItem
             raise ValueError(f"{where} has both 'voice' and 'reference'; give one.")
         if entry.get("reference_text") is not None and entry.get("reference") is None:
             raise ValueError(f"{where} has 'reference_text' without 'reference' (a saved voice carries its transcript).")
-        files = {}
-        for key in ("voice", "reference"):
-            value = entry.get(key)
-            if value is None:
-                continue
-            if not isinstance(value, str) or not value.strip():
-                raise ValueError(f"{where}: '{key}' must be a file path, got {value!r}.")
-            if key == "reference" and is_audio_url(value):  # fetched when the item is spoken, as the API fetches it
-                files[key] = value.strip()
-                continue
-            file = (path.parent / Path(value).expanduser()).resolve()
-            if not file.is_file():
-                raise ValueError(f"{where}: the {key} file {value!r} does not exist (relative paths are read from the "
-                                 f"manifest's folder, {str(path.parent.resolve())!r}).")
-            files[key] = str(file)
+        files = {key: _source_file(entry.get(key), key, path, where, loaded) for key in ("voice", "reference")}
         reference_text = entry.get("reference_text")
         if reference_text is not None and not isinstance(reference_text, str):
             raise ValueError(f"{where}: 'reference_text' must be a string, got {reference_text!r}.")
@@ -351,18 +363,13 @@ def assign_default_seeds(processor, items: list[BatchItem], max_chars: int) -> l
 
 def _check_chunk_seeds(processor, item: BatchItem, max_chars: int) -> None:
     """Chunk `k` of the item is spoken with seed `item.seed + k` (`_speak_group`, with the same chunker): the seed of
-    its last chunk must be a valid seed too. A `ValueError` naming the manifest line otherwise."""
+    its last chunk must be a valid seed too (`check_seed`). A `ValueError` naming the manifest line otherwise."""
     from ..longform_higgs_v3 import speech_jobs
-    from ..sampling_higgs_v3 import SEED_LIMIT, check_seed
+    from ..sampling_higgs_v3 import check_seed
 
-    check_seed(item.seed, f"the seed of line {item.line}")
-    chunks = len(speech_jobs(processor, item.text, max_chars))
-    if item.seed + chunks - 1 >= SEED_LIMIT:
-        raise ValueError(
-            f"The seed of line {item.line} ({item.seed}) is too large for its text's {chunks} chunks: chunk k is "
-            f"spoken with seed + k, which must stay below 2**{SEED_LIMIT.bit_length() - 1}; give a seed of at most "
-            f"{SEED_LIMIT - chunks}."
-        )
+    check_seed(item.seed, f"The seed of line {item.line}")
+    last = len(speech_jobs(processor, item.text, max_chars)) - 1
+    check_seed(item.seed + last, f"The seed of line {item.line}'s last chunk (seed + {last})")
 
 
 def _write_item(out_dir: Path, item: BatchItem, waveform, chunks, sampling_rate: int, rank: int) -> float:
