@@ -224,10 +224,10 @@ def _add_finetune_parser(commands) -> None:
     tune.add_argument("--gradient-accumulation", type=_positive("--gradient-accumulation", int), default=1)
     tune.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations (less memory)")
     tune.add_argument("--bf16", action="store_true", help="bfloat16 mixed precision (the codec stays float32)")
-    tune.add_argument("--held-out", type=_number("--held-out", float, "a fraction in [0, 1)", lambda x: 0 <= x < 1),
-                      default=0.1, help="fraction of the items kept out of training for the held-out loss")
+    tune.add_argument("--held-out", type=_number("--held-out", float), default=0.1,  # its range: FinetuneRun's
+                      help="fraction of the items kept out of training for the held-out loss, in [0, 1)")
     tune.add_argument("--max-seconds", type=_positive("--max-seconds"), default=30.0,
-                      help="longest accepted clip (default 30)")
+                      help="longest accepted target clip (default 30; reference clips: up to 100 s)")
     tune.add_argument("--skip-invalid", action="store_true",
                       help="skip bad items (counted and named in the log) instead of stopping at the first")
     tune.add_argument("--save-steps", type=_positive("--save-steps", int), default=200)
@@ -238,16 +238,15 @@ def _add_finetune_parser(commands) -> None:
                       default=10.0, help="longest sample (default 10; 0: no sample)")
     tune.add_argument("--push-to-hub", metavar="REPO_ID", help="upload model/ (or adapter/ with --push-adapter)")
     tune.add_argument("--push-adapter", action="store_true", help="with --lora: push the adapter, not the merged model")
-    tune.add_argument("--device", default="auto", choices=["auto", "cpu"],
+    tune.add_argument("--device", default="auto",  # what it accepts: FinetuneRun.validate
                       help="auto: the Trainer's device (a visible GPU, else the CPU); cpu: the CPU")
     tune.add_argument("--quiet", action="store_true", help="no progress, only the summary")
     tune.set_defaults(run=cmd_finetune, quiet_libraries=True)
 
 
 def cmd_finetune(args) -> int:
-    """Check the options and files, then train (see `training.finetune.FinetuneRun`), then one summary line."""
-    if not os.path.exists(args.data):
-        raise CliError(f"--data {args.data!r} does not exist; give a folder of name.wav + name.txt pairs or a .jsonl manifest.")
+    """Train (`training.finetune.FinetuneRun`, which checks its options and the data before any model work), then one
+    summary line."""
 
     def log(message: str) -> None:
         if not args.quiet:
@@ -265,7 +264,6 @@ def cmd_finetune(args) -> int:
         push_to_hub=args.push_to_hub, push_adapter=args.push_adapter, device=args.device, log=log,
         progress=not args.quiet,
     )
-    run.validate()
     summary = run.run()
     held = f", held-out loss {summary['eval_loss']:.4f}" if "eval_loss" in summary else ""
     print(f"Fine-tuned {summary['steps']} steps in {summary['seconds']:.1f} s: training loss "

@@ -243,6 +243,9 @@ def test_prepare_examples_encodes_once_and_caches(tmp_path, processor, codec_mod
     again = prepare_examples(codec_model, processor, items, cache_dir=tmp_path / "cache")
     assert (again.encoded, again.cache_hits) == (0, 2)  # the second epoch / run never runs the codec
     assert all(torch.equal(a["audio_input_ids"], b["audio_input_ids"]) for a, b in zip(again, dataset))
+    # A cached target is encode_target's under its limit: a lower limit refuses the longer clip, as without a cache.
+    with pytest.raises(ValueError, match=r"^b: Reference audio file .* is 0\.80 s long .*the longest accepted is 0\.6 s"):
+        prepare_examples(codec_model, processor, items, cache_dir=tmp_path / "cache", max_seconds=0.6)
     manifest = tmp_path / "m.jsonl"
     manifest.write_text(json.dumps({"audio": "data/b.wav", "text": "Line b.", "ref_audio": "data/a.wav",
                                     "ref_text": "Line a."}) + "\n", encoding="utf-8")
@@ -298,8 +301,9 @@ def test_bad_clips_name_the_item(tmp_path, processor, codec_model, caplog):
     ]
     expected = {
         "short": r"short: Target audio is 0.200 s long; a training target needs at least 8 codec frames \(0.32 s\)",
-        "long": r"long: the audio is 2.50 s long; the longest accepted is 2 s \(max_seconds\)",
-        "broken": r"broken: could not read the audio file '.*broken.wav'",
+        "long": r"long: Reference audio file '.*long.wav' is 2.50 s long \(60000 samples at 24000 Hz\); the longest "
+                r"accepted is 2 s. Split long recordings into sentences, one target each$",
+        "broken": r"broken: Could not read reference audio file '.*broken.wav'",
         "tag": r"tag: Unknown control tag '<\|emotion:angri\|>' in the transcript of tag",
     }
     for item in items[:4]:
@@ -308,7 +312,7 @@ def test_bad_clips_name_the_item(tmp_path, processor, codec_model, caplog):
     with caplog.at_level(logging.WARNING, logger="higgs_v3.training.finetune"):
         dataset = prepare_examples(codec_model, processor, items, max_seconds=2.0, skip_invalid=True)
     assert dataset.names == ["good"]
-    assert "Skipped 4 of 5 items: short: " in caplog.text and "broken: could not read" in caplog.text
+    assert "Skipped 4 of 5 items: short: " in caplog.text and "broken: Could not read" in caplog.text
 
 
 # ---------------------------------------------------------------------------------------------- review fixes
@@ -406,6 +410,28 @@ def test_tuned_model_folder_is_written_whole_with_the_original_template(tmp_path
     without = tmp_path / "plain"
     save_full_repo(model, processor, without, base=tmp_path / "out")  # a base without them: nothing copied
     assert not (without / ORIGINAL_CHAT_TEMPLATE_FILE).exists() and not (without / "LICENSE").exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--data", "gone"], "--data 'gone' is neither a folder of name.wav + name.txt pairs nor a .jsonl manifest (it "
+                         "does not exist)."),
+    (["--held-out", "1.5"], "--held-out must be a fraction in [0, 1), got 1.5."),
+    (["--device", "cuda"], "--device 'cuda': fine-tuning runs on the Trainer's device (a GPU when one is visible; "
+                           "choose it with CUDA_VISIBLE_DEVICES) or, with --device cpu, on the CPU."),
+    (["--push-adapter"], "--push-adapter pushes a LoRA adapter: add --lora (or push the full model without it)."),
+], ids=["missing data", "held-out", "device", "push-adapter"])
+def test_finetune_refusals_come_before_any_model_work(monkeypatch, capsys, tmp_path, argv, message):
+    """`higgs-v3 finetune` refuses bad options and data with `FinetuneRun`'s checks (one wording each, as the Python
+    API gives them), before any model is resolved or loaded."""
+    from higgs_v3.cli import main as cli_main
+    from higgs_v3.cli import models
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    monkeypatch.setattr(models, "resolve_model", lambda *a, **k: pytest.fail("the model was resolved"))
+    data = [] if "--data" in argv else ["--data", "data"]
+    assert cli_main.main(["finetune", *data, "--output", "out", *argv]) == 2
+    assert capsys.readouterr().err == f"higgs-v3: error: {message}\n"
 
 
 def test_finetune_out_of_memory_hint_names_finetune_options(monkeypatch, capsys, tmp_path):
