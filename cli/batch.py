@@ -261,7 +261,6 @@ def run_batch(
     """Speak every pending item of `items` into `out_dir` (see the module docstring), this process's share of them when
     `state` (an `accelerate.PartialState`) has several processes. Returns the summary (complete on the main process:
     the written lists of every process)."""
-    from ..audio_io_higgs_v3 import atomic_output
     from ..chunking_higgs_v3 import DEFAULT_MAX_CHARS
 
     began = time.perf_counter()
@@ -269,30 +268,16 @@ def run_batch(
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
     max_chars = max_chars or DEFAULT_MAX_CHARS
-    for item in items:  # fail before any generation: tags, transcripts, the seed of the item's last chunk
-        processor.check_text(item.text, f"the text of line {item.line}")
-        if item.reference_text is not None:
-            processor.check_text(item.reference_text, f"the reference text of line {item.line}")
-    items = assign_default_seeds(processor, items, max_chars)
-    for item in items:
-        _check_chunk_seeds(processor, item, max_chars)
+    items = _checked_items(processor, items, max_chars)
     (out_dir / RECORDS_DIR).mkdir(parents=True, exist_ok=True)
     pending = [item for item in items if _read_record(out_dir, item) is None]
-    rank, world = (state.process_index, state.num_processes) if state is not None else (0, 1)
-    if state is not None:
-        state.wait_for_everyone()  # every process listed the same pending items before any writes
-    if state is not None and world > 1:
-        with state.split_between_processes(pending) as share:
-            mine = list(share)
-    else:
-        mine = pending
+    rank, world, mine = _share(state, pending)
     written, seconds = [], 0.0
     bar = _progress_bar(len(mine), rank, world) if progress else None
     try:
         for start in range(0, len(mine), batch_size):
             spoken = _speak_group(model, processor, mine[start:start + batch_size], batch_size=batch_size,
-                                     max_chars=max_chars, max_seconds=max_seconds,
-                                     generate_kwargs=generate_kwargs)
+                                  max_chars=max_chars, max_seconds=max_seconds, generate_kwargs=generate_kwargs)
             for item, waveform, chunks in spoken:
                 seconds += _write_item(out_dir, item, waveform, chunks, model.config.sampling_rate, rank)
                 written.append(item.output)
@@ -301,24 +286,61 @@ def run_batch(
     finally:
         if bar is not None:
             bar.close()
-    all_written = {rank: written}
-    if state is not None and world > 1:
-        from accelerate.utils import gather_object
-
-        gathered = gather_object([(rank, written, seconds)])
-        all_written = {r: names for r, names, _ in gathered}
-        seconds = sum(s for _, _, s in gathered)
-        state.wait_for_everyone()
+    all_written, seconds = _gather(state, world, rank, written, seconds)
     summary = BatchSummary(total=len(items), written=all_written, skipped=len(items) - len(pending),
                            audio_seconds=seconds)
     if rank == 0:
-        records = [_read_record(out_dir, item) for item in items]
-        lines = [json.dumps(record, ensure_ascii=False) for record in records if record is not None]
-        with atomic_output(out_dir / RESULTS_FILE) as temporary:
-            temporary.write_text("\n".join(lines) + "\n", encoding="utf-8")
-        summary.unfinished = [record["output"] for record in records if record is not None and not record["finished"]]
+        summary.unfinished = _write_results(out_dir, items)
     summary.wall_seconds = time.perf_counter() - began
     return summary
+
+
+def _checked_items(processor, items: list[BatchItem], max_chars: int) -> list[BatchItem]:
+    """Before any generation: every text and transcript (`processor.check_text`), then the default seeds placed
+    (`assign_default_seeds`) and the seed of every item's last chunk checked. Returns the items with their seeds."""
+    for item in items:
+        processor.check_text(item.text, f"the text of line {item.line}")
+        if item.reference_text is not None:
+            processor.check_text(item.reference_text, f"the reference text of line {item.line}")
+    items = assign_default_seeds(processor, items, max_chars)
+    for item in items:
+        _check_chunk_seeds(processor, item, max_chars)
+    return items
+
+
+def _share(state, pending: list[BatchItem]) -> tuple[int, int, list[BatchItem]]:
+    """`(rank, world, this process's pending items)`: all of them in one process; with several, every process waits
+    until all have listed the same pending items (before any writes), then takes its share."""
+    if state is None:
+        return 0, 1, pending
+    state.wait_for_everyone()
+    if state.num_processes == 1:
+        return state.process_index, 1, pending
+    with state.split_between_processes(pending) as share:
+        return state.process_index, state.num_processes, list(share)
+
+
+def _gather(state, world: int, rank: int, written: list[str], seconds: float) -> tuple[dict[int, list[str]], float]:
+    """Every process's written outputs (by rank) and the seconds of audio they wrote, on the main process."""
+    if state is None or world == 1:
+        return {rank: written}, seconds
+    from accelerate.utils import gather_object
+
+    gathered = gather_object([(rank, written, seconds)])
+    state.wait_for_everyone()
+    return {r: names for r, names, _ in gathered}, sum(s for _, _, s in gathered)
+
+
+def _write_results(out_dir: Path, items: list[BatchItem]) -> list[str]:
+    """`results.jsonl`: the record of every complete item, in manifest order, written atomically. Returns the outputs
+    whose speech was cut at the length limit."""
+    from ..audio_io_higgs_v3 import atomic_output
+
+    records = [record for record in (_read_record(out_dir, item) for item in items) if record is not None]
+    with atomic_output(out_dir / RESULTS_FILE) as temporary:
+        temporary.write_text("\n".join(json.dumps(record, ensure_ascii=False) for record in records) + "\n",
+                             encoding="utf-8")
+    return [record["output"] for record in records if not record["finished"]]
 
 
 def assign_default_seeds(processor, items: list[BatchItem], max_chars: int) -> list[BatchItem]:
