@@ -25,6 +25,7 @@ Command line:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import functools
 import json
@@ -193,6 +194,35 @@ def loaded_tiny_tokenizer():
 
     with tempfile.TemporaryDirectory(prefix="higgs_v3_tiny_tokenizer_") as directory:
         return AutoTokenizer.from_pretrained(write_tiny_tokenizer(directory))
+
+
+@contextlib.contextmanager
+def token_ids_read_once_per_content():
+    """While the block runs, `conversion.original_format.read_original` parses a tokenizer once per content: its token
+    ids are kept by the sha256 of `tokenizer.json` and `tokenizer_config.json` (the same bytes give the same ids; a
+    changed or damaged copy is parsed, and refused, as it is). A test-side speed-up: the tiny tokenizer's 151643-entry
+    vocabulary takes about 0.1 s to parse, and the converter's tests read the same files dozens of times."""
+    import hashlib
+
+    from ..conversion import original_format
+
+    read, kept = original_format._read_token_ids, {}
+
+    def read_once(directory: Path):
+        try:
+            key = b"".join(hashlib.sha256((directory / name).read_bytes()).digest()
+                           for name in ("tokenizer.json", "tokenizer_config.json"))
+        except OSError:  # unreadable: the reader says so, naming the file
+            return read(directory)
+        if key not in kept:
+            kept[key] = read(directory)
+        return copy.deepcopy(kept[key])
+
+    original_format._read_token_ids = read_once
+    try:
+        yield
+    finally:
+        original_format._read_token_ids = read
 
 
 # ------------------------------------------------------------------------------------------ original-format checkpoint
@@ -454,6 +484,7 @@ __all__ = [
     "tiny_codec_config",
     "tiny_codec_tensors",
     "tiny_config",
+    "token_ids_read_once_per_content",
     "write_codec_config_file",
     "write_original_metadata",
     "write_tiny_original_checkpoint",

@@ -7,7 +7,6 @@ the integration layer (`-m integration`)."""
 from __future__ import annotations
 
 import contextlib
-import copy
 import hashlib
 import io
 import json
@@ -44,7 +43,12 @@ from higgs_v3.generation_higgs_v3 import MAX_NEW_TOKENS, default_generation_conf
 from higgs_v3.modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
 from higgs_v3.conversion.original_format import original_config, original_lm_shapes, read_original
 from higgs_v3.processing_higgs_v3 import TTS_CHAT_TEMPLATE, HiggsAudioV3Processor
-from higgs_v3.testing.tiny import tiny_codec_config, write_codec_config_file, write_tiny_original_checkpoint
+from higgs_v3.testing.tiny import (
+    tiny_codec_config,
+    token_ids_read_once_per_content,
+    write_codec_config_file,
+    write_tiny_original_checkpoint,
+)
 
 
 CODEC_PREFIX = "tied.embedding.modality_embeddings.0.model."
@@ -98,25 +102,10 @@ def _run_main(argv: list[str]) -> tuple[int, str]:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def token_ids_read_once_per_content():
-    """A test-side speed-up: `read_original` parses the tokenizer files (4.6 MB of tiny vocabulary, about 0.1 s) on
-    every call; this module reads the same files some 30 times, so the result is kept by the files' content (the same
-    bytes give the same ids; a damaged copy is parsed, and refused, as it is)."""
-    patch, read, kept = pytest.MonkeyPatch(), original_format._read_token_ids, {}
-
-    def read_once(directory: Path):
-        try:
-            key = b"".join(hashlib.sha256((directory / name).read_bytes()).digest()
-                           for name in ("tokenizer.json", "tokenizer_config.json"))
-        except OSError:
-            return read(directory)
-        if key not in kept:
-            kept[key] = read(directory)
-        return copy.deepcopy(kept[key])
-
-    patch.setattr(original_format, "_read_token_ids", read_once)
-    yield
-    patch.undo()
+def tokenizer_parsed_once():
+    """`read_original` parses the same tiny tokenizer dozens of times here: once per content is enough."""
+    with token_ids_read_once_per_content():
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -433,11 +422,10 @@ def test_refuses_a_non_empty_output_without_overwrite(original, guarded_output):
 def test_an_output_filled_during_the_conversion_is_not_replaced(original, tmp_path, monkeypatch):
     """Another run fills the (empty) output while this one writes its staging folder: without --overwrite it is left
     as it is (`conversion.folders.staged_folder`), and the staging folder is removed."""
-    write_and_verify = cc._write_and_verify
-
-    def meanwhile(source, plan, staging, split, **kwargs):
+    def meanwhile(source, plan, staging, split, **kwargs):  # what this run writes does not matter here
+        (staging / "config.json").write_text("{}")
         (tmp_path / "out" / "theirs.txt").write_text("another run's")
-        return write_and_verify(source, plan, staging, split, **kwargs)
+        return ["model.safetensors"], None, None
 
     (tmp_path / "out").mkdir()
     monkeypatch.setattr(cc, "_write_and_verify", meanwhile)

@@ -31,7 +31,7 @@ from higgs_v3.modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
 from higgs_v3.conversion.original_format import TOKENIZER_CONFIG, ConversionError, read_codec_config_file
 from higgs_v3.conversion.folders import OWNER_FILE
 from higgs_v3.processing_higgs_v3 import TTS_CHAT_TEMPLATE
-from higgs_v3.testing.tiny import write_tiny_original_checkpoint
+from higgs_v3.testing.tiny import token_ids_read_once_per_content, write_tiny_original_checkpoint
 
 
 REFERENCE = Path(__file__).resolve().parent / "reference"  # the real checkpoint's metadata, verbatim
@@ -56,6 +56,13 @@ def _run_main(argv: list[str]) -> tuple[int, str, str]:
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(argv)
     return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tokenizer_parsed_once():
+    """`read_original` parses the same tiny tokenizer several times here: once per content is enough."""
+    with token_ids_read_once_per_content():
+        yield
 
 
 @pytest.fixture(scope="module")

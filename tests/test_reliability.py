@@ -56,7 +56,7 @@ from higgs_v3.longform_higgs_v3 import SpeechJob, dialogue_jobs, max_new_tokens_
 from higgs_v3.conversion.original_format import ADDED_TOKENS
 from higgs_v3.processing_higgs_v3 import TAG_PATTERN, HiggsAudioV3Processor
 from higgs_v3.sampling_higgs_v3 import HiggsAudioV3SeededSampler
-from higgs_v3.testing.tiny import write_tiny_original_checkpoint
+from higgs_v3.testing.tiny import token_ids_read_once_per_content, write_tiny_original_checkpoint
 
 
 SR, C = 24000, 8
@@ -629,6 +629,13 @@ def test_command_line(case, user_folder, capsys):
 
 
 # ============================================================================================== original checkpoints
+@pytest.fixture(scope="module", autouse=True)
+def tokenizer_parsed_once():
+    """`read_original` parses the same tiny tokenizer several times here: once per content is enough."""
+    with token_ids_read_once_per_content():
+        yield
+
+
 @pytest.fixture(scope="module")
 def original(tmp_path_factory) -> Path:
     return write_tiny_original_checkpoint(tmp_path_factory.mktemp("orig") / "orig", with_codec=False)
