@@ -425,9 +425,14 @@ def _progress_bar(total: int, rank: int, world: int):
 def cmd_batch(args) -> int:
     """`higgs-v3 batch` (its options: `cli/main`): read and check the manifest, load the model on this process's
     device, run, summarize."""
+    from ..delay_higgs_v3 import HiggsAudioV3AudioSpec
+    from ..generation_higgs_v3 import MAX_POSITIONS
+    from ..longform_higgs_v3 import rows_for_max_seconds
     from ..sampling_higgs_v3 import check_seed
 
     check_seed(args.seed, "--seed")
+    if args.max_seconds is not None:  # longform's bound of one chunk (the codec's rates, the default positions)
+        rows_for_max_seconds(args.max_seconds, HiggsAudioV3AudioSpec(), MAX_POSITIONS, name="--max-seconds")
     items = read_manifest(args.manifest, base_seed=args.seed)
     out_dir = Path(args.out_dir)
     if out_dir.exists() and not out_dir.is_dir():

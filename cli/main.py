@@ -532,18 +532,15 @@ class SpeakRequest:
 
     def _check_max_seconds(self) -> None:
         """--max-seconds within what one request's positions hold (`longform_higgs_v3.rows_for_max_seconds`, the
-        bound's one home), before the model is loaded."""
-        max_seconds = self.longform_options.get("max_seconds")
-        if max_seconds is None:
-            return
-        from ..delay_higgs_v3 import HiggsAudioV3AudioSpec
-        from ..generation_higgs_v3 import MAX_POSITIONS
-        from ..longform_higgs_v3 import rows_for_max_seconds
+        bound's one home, with the rates of every Higgs Audio v3 codec and the default positions), before the model
+        is loaded."""
+        if "max_seconds" in self.longform_options:
+            from ..delay_higgs_v3 import HiggsAudioV3AudioSpec
+            from ..generation_higgs_v3 import MAX_POSITIONS
+            from ..longform_higgs_v3 import rows_for_max_seconds
 
-        try:  # the rates of every Higgs Audio v3 codec; the positions of the default max_positions
-            rows_for_max_seconds(max_seconds, HiggsAudioV3AudioSpec(), MAX_POSITIONS, name="--max-seconds")
-        except ValueError as error:
-            raise CliError(str(error)) from None
+            rows_for_max_seconds(self.longform_options["max_seconds"], HiggsAudioV3AudioSpec(), MAX_POSITIONS,
+                                 name="--max-seconds")
 
     def _read_text(self) -> str:
         if self.text is not None and self.text_file is not None:

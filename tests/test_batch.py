@@ -129,6 +129,8 @@ def test_manifest_refusals_on_the_command_line(tmp_path):
     assert code == 2 and err.startswith("higgs-v3: error: manifest.jsonl line 1: 'seed' must be")
     code, _, err = _batch([str(path), "--out-dir", str(tmp_path / "out"), "--seed", "-1"])
     assert (code, err) == (2, "higgs-v3: error: --seed must be an integer in [0, 2**62), got -1.\n")
+    code, _, err = _batch([str(path), "--out-dir", str(tmp_path / "out"), "--max-seconds", "4e7"])
+    assert code == 2 and err.startswith("higgs-v3: error: --max-seconds 4e+07 is more than one chunk can hold: ")
     assert not (tmp_path / "out").exists()  # nothing is created before the manifest passes
 
 
