@@ -17,7 +17,7 @@ import os
 import re
 from pathlib import Path
 
-from ..conversion.original_format import ORIGINAL_MODEL_TYPE as _ORIGINAL_MODEL_TYPE  # standard library only
+from ..conversion.original_format import ORIGINAL_MODEL_TYPE, read_json  # standard library only
 
 
 DEFAULT_MODEL = "bosonai/higgs-audio-v3-tts-4b"
@@ -98,13 +98,6 @@ def ensure_tiny_random(log=None) -> Path:
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
-def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        raise ValueError(f"Could not read {str(path)!r} ({error}).") from error
-
-
 def resolve_model(name: str, log=None) -> Path:
     """A folder with a converted checkpoint for `name`: 'tiny-random', a converted or original folder (an original
     one is converted once into the converter's cache), or a Hub repo id (downloaded, converted when original)."""
@@ -118,7 +111,7 @@ def resolve_model(name: str, log=None) -> Path:
         if not (path / "config.json").is_file():
             raise ValueError(f"Model folder {name!r} has no config.json; give a folder with a converted or original Higgs "
                            "Audio v3 checkpoint.")
-        if _read_json(path / "config.json").get("model_type") == _ORIGINAL_MODEL_TYPE:
+        if read_json(path / "config.json", "The model config").get("model_type") == ORIGINAL_MODEL_TYPE:
             return _convert_original(str(path), log)
         return path
     if not _HUB_ID.match(name):
@@ -140,7 +133,7 @@ def resolve_model(name: str, log=None) -> Path:
             ) from error
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ValueError(f"Cannot load {what} from the Hub ({reason}).") from error
-    if _read_json(config_path).get("model_type") == _ORIGINAL_MODEL_TYPE:
+    if read_json(config_path, "The model config").get("model_type") == ORIGINAL_MODEL_TYPE:
         return _convert_original(name, log)
     return Path(snapshot_download(name, local_files_only=offline is not None))
 

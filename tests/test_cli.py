@@ -293,6 +293,8 @@ def in_process(cache, tmp_path, monkeypatch, capsys):
     (tmp_path / "latin1.txt").write_bytes("caf\xe9 au lait".encode("latin-1"))
     (tmp_path / "play.txt").write_text("[Ann] Hi.\n", encoding="utf-8")
     soundfile.write(str(tmp_path / "clip.wav"), np.zeros(24000, dtype=np.float32), 24000)
+    (tmp_path / "listed").mkdir()
+    (tmp_path / "listed" / "config.json").write_text("[1]")
 
     def call(*args: str) -> tuple[int, str, str]:
         code = main_restoring_library_settings(list(args))
@@ -355,6 +357,9 @@ IN_PROCESS_ERRORS = {
     "model folder without config": (["speak", "Hi", "--model", "."],
                                     "higgs-v3: error: Model folder '.' has no config.json; give a folder with a converted "
                                     "or original Higgs Audio v3 checkpoint."),
+    "model config not an object": (["speak", "Hi", "--model", "listed"],
+                                   "higgs-v3: error: The model config 'listed/config.json' holds a JSON list, not an "
+                                   "object."),
     "bad top-p": (["speak", "Hi", "--top-p", "1.5"],
                   "higgs-v3 speak: error: argument --top-p: --top-p must be in (0, 1], got '1.5' (see higgs-v3 speak --help)"),
     "no command": ([], "usage: higgs-v3"),
