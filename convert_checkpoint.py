@@ -94,7 +94,6 @@ from .conversion.original_format import (
     SourceTensor,
     codec_tensor_shapes,
     map_key,
-    read_codec_config_file,
     read_original,
     read_rows,
     resolve_input,
