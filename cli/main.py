@@ -591,9 +591,11 @@ class SpeakRequest:
         """Every reference (--ref-audio, --voice, a dialogue's voices) loaded by the library (`_load_reference`)."""
         if self.dialogue:
             self.voices = _parse_dialogue_voices(self.voice)
-        for path in [self.reference] if not self.dialogue else [path for path, _ in self.voices.values()]:
-            if path is not None:
-                _load_reference(path)
+            references = [path for path, _ in self.voices.values()]
+        else:
+            references = [self.reference] if self.reference else []
+        for path in references:
+            _load_reference(path)
 
     def _check_outputs(self) -> None:
         _check_audio_output(self.output)
