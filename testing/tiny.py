@@ -16,15 +16,11 @@ padded with unreachable filler tokens `<|tiny_filler_N|>` (no merge produces the
 id 151642, and the 84 added tokens land on their real ids exactly as in the real file (`tokenizer.vocab_size` is
 151643 and `len(tokenizer)` 151727, as for the real tokenizer).
 
-Command line:
-
-    python -m higgs_v3.testing.tiny original OUT_DIR [--seed 0] [--no-codec]
-    python -m higgs_v3.testing.tiny random OUT_DIR [--seed 0] [--no-codec]
+On the command line: `higgs-v3 make-tiny [--original] DIR` (`cli/main`).
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import copy
 import functools
@@ -450,26 +446,6 @@ def make_tiny_random_model(directory: str | os.PathLike, *, seed: int = 0, with_
     return directory
 
 
-# ------------------------------------------------------------------------------------------------------ command line
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m higgs_v3.testing.tiny",
-        description="Write a tiny Higgs Audio v3 checkpoint: 'original' (the original repo format, for the "
-        "converter) or 'random' (the converted layout, loadable with AutoModel and trust_remote_code=True).",
-    )
-    parser.add_argument("kind", choices=["original", "random"])
-    parser.add_argument("output", help="output folder (created; existing files are overwritten)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--no-codec", action="store_true", help="leave the codec out")
-    args = parser.parse_args(argv)
-    if args.kind == "original":
-        path = write_tiny_original_checkpoint(args.output, seed=args.seed, with_codec=not args.no_codec)
-    else:
-        path = make_tiny_random_model(args.output, seed=args.seed, with_codec=not args.no_codec)
-    print(f"Wrote a tiny {args.kind} Higgs Audio v3 checkpoint to {path}")
-    return 0
-
-
 __all__ = [
     "CHAT_TEMPLATE",
     "LICENSE_STUB",
@@ -477,7 +453,6 @@ __all__ = [
     "TINY_DIMS",
     "codec_state_dict_names",
     "loaded_tiny_tokenizer",
-    "main",
     "make_tiny_random_model",
     "random_lm_tensor",
     "randomize_codebooks",
@@ -491,6 +466,3 @@ __all__ = [
     "write_tiny_tokenizer",
 ]
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())
