@@ -80,7 +80,7 @@ from .conversion.repo import (
     write_repo_files,
     write_weights,
 )
-from .conversion.folders import clean_stale_siblings, staged_folder
+from .conversion.folders import check_outside, output_folder, staged_folder
 from .conversion.original_format import (
     CODEC_PREFIX,
     HEADS,
@@ -386,37 +386,11 @@ def plan_conversion(
     return ConversionPlan(config=config, tensors=_plan_targets(source, mapped, config, dtype), ignored=ignored)
 
 
-def _is_empty_dir(path: Path) -> bool:
-    return path.is_dir() and not any(path.iterdir())
-
-
 def _check_options(dtype: str, max_shard_size: int | str) -> torch.dtype:
     """The torch dtype for `--dtype`; a `ConversionError` for an unknown dtype or an unusable shard size."""
     torch_dtype = weight_dtype(dtype)
     check_shard_size(max_shard_size)
     return torch_dtype
-
-
-def _check_output(output_dir: str | os.PathLike, overwrite: bool) -> Path:
-    """The output as an absolute path: a folder that is empty, absent, or may be replaced (`overwrite`)."""
-    output = Path(output_dir).expanduser().absolute()
-    if output.exists() and not output.is_dir():
-        raise ConversionError(f"The output {str(output)!r} exists and is not a folder.")
-    if output.is_dir() and not _is_empty_dir(output) and not overwrite:
-        raise ConversionError(
-            f"The output folder {str(output)!r} is not empty; pass --overwrite (overwrite=True) to replace it."
-        )
-    return output
-
-
-def _check_input(source_dir: Path, output: Path) -> Path:
-    """The resolved input folder, which must not lie inside the output (replacing the output would delete it)."""
-    source_dir = source_dir.resolve()
-    if output.resolve() == source_dir or source_dir.is_relative_to(output.resolve()):
-        raise ConversionError(
-            f"The output folder {str(output)!r} contains the input {str(source_dir)!r}; choose another output."
-        )
-    return source_dir
 
 
 def _write_and_verify(
@@ -465,9 +439,9 @@ def convert(
     True
     """
     torch_dtype = _check_options(dtype, max_shard_size)
-    clean_stale_siblings(Path(output_dir).expanduser().absolute())  # a killed run's leftovers; a lost output restored
-    output = _check_output(output_dir, overwrite)
-    source_dir = _check_input(resolve_input(input_path, revision=revision, cache_dir=cache_dir), output)
+    output = output_folder(output_dir, overwrite)  # after the cleanup of a killed run's leftovers
+    source_dir = resolve_input(input_path, revision=revision, cache_dir=cache_dir).resolve()
+    check_outside(source_dir, output)
     source = read_original(source_dir)
     plan = plan_conversion(source, torch_dtype, codec_config=codec_config, without_codec=without_codec)
     split = shard_split(plan.tensors, max_shard_size)

@@ -82,7 +82,7 @@ from .original_format import (
     read_original,
     read_rows,
 )
-from .folders import clean_stale_siblings, staged_folder
+from .folders import check_outside, output_folder, staged_folder
 from ..processing_higgs_v3 import TTS_CHAT_TEMPLATE
 
 
@@ -435,18 +435,10 @@ def export_to_original(
     torch_dtype = weight_dtype(dtype)  # every tensor's, the codec's included (the original is all bf16)
     check_shard_size(max_shard_size)
     source = Path(input_dir).expanduser()
-    clean_stale_siblings(Path(output_dir).expanduser().absolute())  # a killed run's leftovers; a lost output restored
     if not source.is_dir():
         raise ConversionError(f"The input {str(input_dir)!r} is not a folder; give a converted Higgs Audio v3 repo.")
-    output = Path(output_dir).expanduser().absolute()
-    if output.exists() and not output.is_dir():
-        raise ConversionError(f"The output {str(output)!r} exists and is not a folder.")
-    if output.is_dir() and any(output.iterdir()) and not overwrite:
-        raise ConversionError(f"The output folder {str(output)!r} is not empty; pass --overwrite (overwrite=True) to "
-                              "replace it.")
-    if output.resolve() == source.resolve() or source.resolve().is_relative_to(output.resolve()):
-        raise ConversionError(f"The output folder {str(output)!r} contains the input {str(source)!r}; choose another "
-                              "output.")
+    output = output_folder(output_dir, overwrite)  # after the cleanup of a killed run's leftovers
+    check_outside(source, output)
     config, tensors = _read_converted(source)
     original_dir = Path(original).expanduser() if original is not None else None
     planned, filled = _plan(config, tensors, original_dir)

@@ -155,6 +155,29 @@ def swap_into_place(staging: Path, output: Path) -> None:
         shutil.rmtree(retired, ignore_errors=True)
 
 
+def output_folder(output_dir: str | os.PathLike, overwrite: bool) -> Path:
+    """The output of a whole-folder write (`staged_folder`) as an absolute path, once what dead runs left beside it is
+    cleaned up (an output lost between two renames restored): absent, an empty folder, or one that `overwrite` lets
+    the run replace; a `ConversionError` otherwise."""
+    output = Path(output_dir).expanduser().absolute()
+    clean_stale_siblings(output)
+    if output.exists() and not output.is_dir():
+        raise ConversionError(f"The output {str(output)!r} exists and is not a folder.")
+    if output.is_dir() and any(output.iterdir()) and not overwrite:
+        raise ConversionError(
+            f"The output folder {str(output)!r} is not empty; pass --overwrite (overwrite=True) to replace it."
+        )
+    return output
+
+
+def check_outside(source: Path, output: Path) -> None:
+    """The input folder `source` must not be, or lie inside, `output`: replacing the output would delete it."""
+    if output.resolve() == source.resolve() or source.resolve().is_relative_to(output.resolve()):
+        raise ConversionError(
+            f"The output folder {str(output)!r} contains the input {str(source)!r}; choose another output."
+        )
+
+
 @contextlib.contextmanager
 def staged_folder(output: Path, kind: str, *, overwrite: bool = True) -> Iterator[Path]:
     """Write the folder `output` whole: what dead runs left beside it is cleaned up (`clean_stale_siblings`), a new
@@ -249,8 +272,10 @@ __all__ = [
     "STAGING_KINDS",
     "UNOWNED_GRACE_SECONDS",
     "check_complete",
+    "check_outside",
     "clean_stale_siblings",
     "folder_lock",
+    "output_folder",
     "staged_folder",
     "staging_folder",
     "swap_into_place",
