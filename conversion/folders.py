@@ -1,8 +1,9 @@
 # Copyright 2026 the higgs-v3 authors. Licensed under the Apache License, Version 2.0.
 r"""Folders written whole, the package's one staged-folder helper: `staged_folder` (stage beside, swap into place,
 clean up after a killed run) for the converter, the export back to the original layout, a fine-tuned model and the
-tiny-random demo model; `folder_lock` for entries that concurrent processes build once; the completion marker of a
-`from_original` cache entry. (Single files are written whole by `audio_io_higgs_v3.atomic_output`.)
+tiny-random demo model, with the output's rules (`output_folder`, `check_outside`); `folder_lock` for entries that
+concurrent processes build once; the completion marker of a `from_original` cache entry. (Single files are written
+whole by `audio_io_higgs_v3.atomic_output`.)
 
 A run writes into a sibling of its output and renames it into place at the end (its staging folder named
 `out_<kind>_<hex>`, `STAGING_KINDS`):
