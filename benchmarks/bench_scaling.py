@@ -37,8 +37,9 @@ def real_model_parts() -> dict[str, int]:
     audio embedding (the audio head is tied to it, the text head to the token embedding), the codec; and the rows of
     the projections (one int8 scale per output row)."""
     from higgs_v3.configuration_higgs_v3 import REAL_CODEC_CONFIG
-    from higgs_v3.convert_checkpoint import codec_tensor_shapes
-    from higgs_v3.conversion.original_format import AUDIO_EMBEDDING, TEXT_EMBEDDING, original_config, original_lm_shapes
+    from higgs_v3.conversion.original_format import (
+        AUDIO_EMBEDDING, TEXT_EMBEDDING, codec_tensor_shapes, original_config, original_lm_shapes,
+    )
 
     shapes = original_lm_shapes(original_config())
     parts = {"linear": 0, "linear_rows": 0, "norms": 0, "embed_tokens": 0, "audio_embed": 0}

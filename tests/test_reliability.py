@@ -43,6 +43,7 @@ from higgs_v3 import convert_checkpoint
 
 from higgs_v3.cli import main as cli_main
 
+from higgs_v3.conversion import cache as conversion_cache
 from higgs_v3.conversion import folders
 from higgs_v3.audio_io_higgs_v3 import (
     MAX_REFERENCE_SECONDS,
@@ -55,7 +56,7 @@ from higgs_v3.longform_higgs_v3 import SpeechJob, dialogue_jobs, max_new_tokens_
 from higgs_v3.conversion.original_format import ADDED_TOKENS
 from higgs_v3.processing_higgs_v3 import TAG_PATTERN, HiggsAudioV3Processor
 from higgs_v3.sampling_higgs_v3 import HiggsAudioV3SeededSampler
-from higgs_v3.testing.tiny import write_tiny_original_checkpoint
+from higgs_v3.testing.tiny import token_ids_read_once_per_content, write_tiny_original_checkpoint
 
 
 SR, C = 24000, 8
@@ -571,10 +572,10 @@ CLI_CASES: dict[str, tuple] = {
     "unknown command": (["sing", "Hi"], "invalid choice: 'sing'"),
     "--ref-audio missing": (["speak", "Hi", "--ref-audio", "gone.wav"], "'gone.wav' does not exist"),
     "--ref-audio a folder": (["speak", "Hi", "--ref-audio", "notes"], "'notes' is a folder"),
-    "--ref-audio text": (["speak", "Hi", "--ref-audio", "text.txt"], "is not readable audio"),
+    "--ref-audio text": (["speak", "Hi", "--ref-audio", "text.txt"], "Could not read reference audio file 'text.txt'"),
     "--ref-audio truncated flac": (["speak", "Hi", "--ref-audio", "cut.flac"], "'cut.flac'",
                                    _files(**{"cut.flac": audio_bytes("flac")[:30]})),
-    "--ref-audio 22 h (header)": (["speak", "Hi", "--ref-audio", "long.wav"], "'long.wav' is 79200.0 s long",
+    "--ref-audio 22 h (header)": (["speak", "Hi", "--ref-audio", "long.wav"], "'long.wav' is 79200.00 s long",
                                   lambda f: sparse_wav(f / "long.wav", 22 * 3600, 8000, 1)),
     "--voice pickle": (["speak", "Hi", "--voice", "p.safetensors"], "not a readable safetensors file",
                        _files(**{"p.safetensors": pickle.dumps([1, 2])})),
@@ -628,6 +629,13 @@ def test_command_line(case, user_folder, capsys):
 
 
 # ============================================================================================== original checkpoints
+@pytest.fixture(scope="module", autouse=True)
+def tokenizer_parsed_once():
+    """`read_original` parses the same tiny tokenizer several times here: once per content is enough."""
+    with token_ids_read_once_per_content():
+        yield
+
+
 @pytest.fixture(scope="module")
 def original(tmp_path_factory) -> Path:
     return write_tiny_original_checkpoint(tmp_path_factory.mktemp("orig") / "orig", with_codec=False)
@@ -710,7 +718,7 @@ def test_original_checkpoint(case, original, tmp_path, monkeypatch, capsys):
     (tmp_path / "full" / "keep.txt").write_text("mine")
     options = ["--input", str(source), "--output", "out", "--no-verify", *(extra[0] if extra else [])]
     with nothing_lost(tmp_path):
-        code = convert_checkpoint.main(options, prog="convert_checkpoint.py")
+        code = cli_main.main(["convert", *options], convert_prog="convert_checkpoint.py")
     err = capsys.readouterr().err
     assert code == 2, err
     assert_one_line(err, "convert_checkpoint.py: error: ", fragment)
@@ -934,8 +942,8 @@ def _convert_full(stage):
                 raise KeyboardInterrupt
 
             monkeypatch.setattr(convert_checkpoint, "_write_and_verify", interrupted)
-            code = convert_checkpoint.main(["--input", str(original), "--output", str(output), "--overwrite",
-                                            "--without-codec", "--no-verify"])
+            code = cli_main.main(["convert", "--input", str(original), "--output", str(output), "--overwrite",
+                                  "--without-codec", "--no-verify"])
             assert code == 130
         elif stage == "swap":  # the second rename fails: the old output comes back on the next run
             rename = os.rename
@@ -1089,16 +1097,16 @@ def test_damaged_cache_entry_is_reported_and_rebuilt(case, original, tmp_path, m
         (target / "config.json").write_text('{"model_type": "higgs_audio_v3"}')
         (target / "model.safetensors").write_bytes(bytes(range(256)) * 64)
 
-    monkeypatch.setattr(convert_checkpoint, "convert", fake_conversion)
+    monkeypatch.setattr(conversion_cache, "convert", fake_conversion)
     cache = tmp_path / "cache"
-    entry = convert_checkpoint.converted_path(original, cache)
-    assert convert_checkpoint.converted_path(original, cache) == entry and len(calls) == 1  # complete: reused
+    entry = conversion_cache.converted_path(original, cache)
+    assert conversion_cache.converted_path(original, cache) == entry and len(calls) == 1  # complete: reused
     CACHE_CASES[case](entry)
     from transformers.utils import logging as transformers_logging
 
     transformers_logging.get_logger("higgs_v3").propagate = True
     with caplog.at_level("WARNING"):
-        assert convert_checkpoint.converted_path(original, cache) == entry
+        assert conversion_cache.converted_path(original, cache) == entry
     assert len(calls) == 2
     warnings = [r.getMessage() for r in caplog.records if "is damaged" in r.getMessage()]
     assert len(warnings) == 1 and "\n" not in warnings[0] and str(entry) in warnings[0], caplog.text
@@ -1118,9 +1126,9 @@ def test_concurrent_conversions_into_one_cache_convert_once(original, tmp_path, 
         target.mkdir(parents=True)
         (target / "config.json").write_text("{}")
 
-    monkeypatch.setattr(convert_checkpoint, "convert", slow_conversion)
+    monkeypatch.setattr(conversion_cache, "convert", slow_conversion)
     results = []
-    threads = [threading.Thread(target=lambda: results.append(convert_checkpoint.converted_path(original, tmp_path)))
+    threads = [threading.Thread(target=lambda: results.append(conversion_cache.converted_path(original, tmp_path)))
                for _ in range(2)]
     for thread in threads:
         thread.start()
@@ -1210,7 +1218,7 @@ def test_sigkill_mid_conversion_then_the_next_run_cleans_up(original, tmp_path):
     assert (output / "keep.txt").read_text() == "previous"
     assert len(staging()) == 1  # the dead run's leftover
     with contextlib.redirect_stdout(io.StringIO()):  # the next run, in this process (a fresh one costs seconds)
-        assert convert_checkpoint.main(args[2:]) == 0
+        assert cli_main.main(["convert", *args[2:]]) == 0
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != "cache") == ["out"]
     assert (output / "config.json").is_file() and not (output / "keep.txt").exists()
     assert not (output / folders.OWNER_FILE).exists()
