@@ -47,6 +47,7 @@ from .audio_io_higgs_v3 import (
     prepare_reference_waveform,
     save_audio,
 )
+from .chunking_higgs_v3 import TAG_PATTERN
 
 # transformers 5.5 loads remote code from a local directory by copying only the entry module's *direct* relative
 # imports (5.24 and the Hub path follow them recursively), so the modules `audio_io_higgs_v3` needs are imported here.
@@ -56,10 +57,6 @@ from .delay_higgs_v3 import HiggsAudioV3AudioSpec
 
 
 logger = logging.get_logger(__name__)
-
-TAG_PATTERN = re.compile(r"<\|[^<>|\n]*\|>")
-"""Anything that looks like a special token (`<|...|>`, one line, no nested brackets); each match is checked against the
-tokenizer's control tags. The long-form chunker never cuts inside one."""
 
 _TAG_START = re.compile(r"<\|[^\s<>|]*")  # an opening `<|` and what follows it up to a space or bracket
 
@@ -880,7 +877,6 @@ HiggsAudioV3Processor.register_for_auto_class("AutoProcessor")
 __all__ = [
     "LONG_PROMPT_TEXT_TOKENS",
     "REFERENCE_CLIP_KEYS",
-    "TAG_PATTERN",
     "TTS_CHAT_TEMPLATE",
     "HiggsAudioV3BatchFeature",
     "HiggsAudioV3Processor",

@@ -50,10 +50,10 @@ from higgs_v3.audio_io_higgs_v3 import (
     prepare_reference_waveform,
     save_audio,
 )
-from higgs_v3.chunking_higgs_v3 import DialogueLine
+from higgs_v3.chunking_higgs_v3 import TAG_PATTERN, DialogueLine
 from higgs_v3.longform_higgs_v3 import SpeechJob, dialogue_jobs, max_new_tokens_for
 from higgs_v3.conversion.original_format import ADDED_TOKENS
-from higgs_v3.processing_higgs_v3 import TAG_PATTERN, HiggsAudioV3Processor
+from higgs_v3.processing_higgs_v3 import HiggsAudioV3Processor
 from higgs_v3.sampling_higgs_v3 import HiggsAudioV3SeededSampler
 from higgs_v3.testing.tiny import write_tiny_original_checkpoint
 
