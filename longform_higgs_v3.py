@@ -31,20 +31,13 @@ import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 
-from .audio_io_higgs_v3 import (
-    MAX_REFERENCE_SECONDS,
-    VOICE_FILE_SUFFIXES,
-    HiggsAudioV3Voice,
-    atomic_output,
-    clip_source,
-    save_audio,
-)
+from .audio_io_higgs_v3 import MAX_REFERENCE_SECONDS, HiggsAudioV3Voice, atomic_output, load_reference, save_audio
 from .chunking_higgs_v3 import DEFAULT_MAX_CHARS, DialogueLine, check_dialogue_voices, parse_dialogue, split_text
 from .generation_higgs_v3 import MAX_NEW_TOKENS, MAX_POSITIONS
 from .sampling_higgs_v3 import check_seed, draw_seed
@@ -52,13 +45,11 @@ from .streaming_higgs_v3 import HiggsAudioV3RowTracker
 
 
 if TYPE_CHECKING:
-    # The model is not imported, even for type checking: `modeling_higgs_v3` imports this module (its
-    # `synthesize_long` / `synthesize_dialogue` delegate here), and the Hub's copy of the remote code follows every
-    # relative import. `model` arguments are `HiggsAudioV3ForConditionalGeneration`s from either import path.
-    from transformers import PreTrainedModel
+    # Neither the model nor the processor is imported, even for type checking: the Hub's copy of the remote code follows
+    # every relative import, and `model` / `processor` arguments may come from either import path.
+    from transformers import PreTrainedModel, ProcessorMixin
 
     from .delay_higgs_v3 import HiggsAudioV3AudioSpec
-    from .processing_higgs_v3 import HiggsAudioV3Processor
 
 try:
     from tqdm.auto import tqdm
@@ -86,7 +77,7 @@ class SpeechJob:
     seed: int | None = None
 
 
-def speech_jobs(processor: HiggsAudioV3Processor, text: str, max_chars: int = DEFAULT_MAX_CHARS) -> list[SpeechJob]:
+def speech_jobs(processor: ProcessorMixin, text: str, max_chars: int = DEFAULT_MAX_CHARS) -> list[SpeechJob]:
     """The jobs of a long text: `processor.check_text` on the whole text (a `ValueError` before any generation), then
     `split_text`."""
     text = processor.check_text(text, "the text")
@@ -94,7 +85,7 @@ def speech_jobs(processor: HiggsAudioV3Processor, text: str, max_chars: int = DE
 
 
 def dialogue_jobs(
-    processor: HiggsAudioV3Processor,
+    processor: ProcessorMixin,
     script: str | Sequence[DialogueLine] | Sequence[tuple[str, str]],
     max_chars: int = DEFAULT_MAX_CHARS,
 ) -> list[SpeechJob]:
@@ -112,45 +103,28 @@ def dialogue_jobs(
 # =============================================================================================== voices
 def resolve_voice(
     model: PreTrainedModel,
-    processor: HiggsAudioV3Processor,
+    processor: ProcessorMixin,
     spec: object,
     transcript: str | None = None,
     sampling_rate: int | None = None,
     where: str = "the reference",
 ) -> HiggsAudioV3Voice:
     r"""
-    A `HiggsAudioV3Voice` from any way of naming one, with its transcript checked by `processor.check_text`:
-
-    - a `HiggsAudioV3Voice`, from this package or another import of it (remote code); a transcript given here is
-      added when it has none;
-    - a path to a saved voice (`VOICE_FILE_SUFFIXES`, see `HiggsAudioV3Voice.save`);
-    - a reference clip (any other path to an audio file, an http(s) URL, an array with `sampling_rate`, or an audio
-      dict `{"array": samples, "sampling_rate": rate}` / `{"path": file}` as the processor takes it), encoded once with
-      `model.encode_reference`;
-    - a tuple `(clip_or_voice, transcript)`.
+    A `HiggsAudioV3Voice` from anything `audio_io_higgs_v3.load_reference` takes (a voice of any import, a saved voice
+    file, or a clip: path, http(s) URL, samples with `sampling_rate`, audio dict; a clip is encoded once with
+    `model.encode_reference`), or a tuple `(that, transcript)`. A blank transcript is none; the voice's transcript is
+    checked with `processor.check_text`.
     """
-    if isinstance(spec, tuple):
-        if len(spec) != 2:
-            raise ValueError(f"A voice tuple is (audio_or_voice, transcript); got {len(spec)} items.")
+    if isinstance(spec, tuple) and len(spec) == 2:
         spec, transcript = spec
-    if isinstance(spec, dict):  # an audio dict (datasets' Audio feature): the processor's own unpacking and checks
-        spec, sampling_rate = clip_source(spec, sampling_rate, where)
-    if transcript is not None and not transcript.strip():
-        transcript = None
-    is_path = isinstance(spec, (str, os.PathLike))
-    if (is_path and Path(spec).suffix.lower() not in VOICE_FILE_SUFFIXES) or hasattr(spec, "__array__"):
-        voice = HiggsAudioV3Voice.from_any(model.encode_reference(spec, text=transcript, sampling_rate=sampling_rate))
-    else:
-        voice = HiggsAudioV3Voice.from_any(spec, where)
-        if transcript is not None:
-            if voice.text is not None:
-                raise ValueError(
-                    f"{where[:1].upper() + where[1:]} already carries its transcript; do not pass another reference text."
-                )
-            voice = replace(voice, text=transcript)
-    if voice.text is not None:
-        processor.check_text(voice.text, f"the transcript of {where}")
-    return voice
+    transcript = None if isinstance(transcript, str) and not transcript.strip() else transcript
+    reference = load_reference(spec, transcript, sampling_rate, where, model.config.audio_spec.sampling_rate)
+    if not isinstance(reference, HiggsAudioV3Voice):  # a prepared clip: the model's codec encodes it once
+        reference = HiggsAudioV3Voice.from_any(model.encode_reference(
+            reference.waveform, text=reference.text, sampling_rate=model.config.audio_spec.sampling_rate))
+    if reference.text is not None:
+        processor.check_text(reference.text, f"the transcript of {where}")
+    return reference
 
 
 def _voice_from_chunk(chunk: ChunkResult, spec: HiggsAudioV3AudioSpec) -> HiggsAudioV3Voice | None:
@@ -374,17 +348,19 @@ def rows_for_max_seconds(
     positions_name: str = "max_positions",
 ) -> int:
     """The one home of the audio limit per chunk (`synthesize_long(max_seconds=...)`, `higgs-v3 speak --max-seconds`):
-    `max_seconds` checked (a positive, finite number of seconds) and turned into rows (`spec.rows_for_seconds`: its
-    frames plus the delay pattern's rows). More seconds than `positions` positions hold (one request: prompt plus
-    rows; `None`: no bound) is a `ValueError` naming `name`, the value, `positions_name` and the longest accepted."""
+    `max_seconds` must be a positive, finite number of seconds that `positions` positions hold (one request: prompt
+    plus rows; `None`: no bound), else a `ValueError` naming `name` (and `positions_name`). Returns its rows
+    (`spec.rows_for_seconds`: its frames plus the delay pattern's rows)."""
+    longest = None if positions is None else spec.seconds(spec.frames(positions))
+    problem = None
     if isinstance(max_seconds, bool) or not isinstance(max_seconds, (int, float)) or not 0 < max_seconds < math.inf:
-        raise ValueError(f"{name} must be a positive number of seconds, got {max_seconds!r}.")
-    if positions is not None:
-        longest = spec.seconds(spec.frames(positions))
-        if max_seconds > longest:
-            raise ValueError(f"{name} {max_seconds:g} is more than one chunk can hold: prompt plus audio rows are at most "
-                             f"{positions} positions ({positions_name}), at most {longest:g} s of audio per chunk; long "
-                             "text is split into chunks anyway.")
+        problem = f"{name} must be a positive number of seconds, got {max_seconds!r}."
+    elif longest is not None and max_seconds > longest:
+        problem = (f"{name} {max_seconds:g} is more than one chunk can hold: prompt plus audio rows are at most "
+                   f"{positions} positions ({positions_name}), at most {longest:g} s of audio per chunk; long text is "
+                   "split into chunks anyway.")
+    if problem:
+        raise ValueError(problem)
     return spec.rows_for_seconds(max_seconds)
 
 
@@ -405,16 +381,17 @@ def max_new_tokens_for(
 
 class _Synthesizer:
     """Speaks `SpeechJob`s through `model.generate` in batches: the core of `synthesize_long` and
-    `synthesize_dialogue`. The options are checked when it is built, before any voice is encoded."""
+    `synthesize_dialogue`. Its options are checked once, when it is built, before any voice is encoded; the codec is
+    the model's to check (`encode_reference`, `generate(output_audio=True)`)."""
 
     def __init__(self, model, processor, *, pause_seconds, batch_size, seed, max_seconds, progress, generate_kwargs):
+        problem = None
         if isinstance(pause_seconds, bool) or not isinstance(pause_seconds, (int, float)) or not 0 <= pause_seconds < math.inf:
-            raise ValueError(f"pause_seconds must be a non-negative number of seconds, got {pause_seconds!r}.")
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
-        if getattr(model, "codec", None) is None:
-            raise ValueError("This model has no codec (config.codec_config is None), so it cannot make audio; load a "
-                             "converted checkpoint that includes the codec.")
+            problem = f"pause_seconds must be a non-negative number of seconds, got {pause_seconds!r}."
+        elif isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            problem = f"batch_size must be a positive integer, got {batch_size!r}."
+        if problem:
+            raise ValueError(problem)
         self.model, self.processor, self.spec = model, processor, model.config.audio_spec
         self.pause_seconds, self.batch_size, self.progress = float(pause_seconds), batch_size, progress
         self.base_seed = draw_seed() if seed is None else check_seed(seed)
@@ -484,7 +461,7 @@ class _Synthesizer:
 # =============================================================================================== the entry points
 def synthesize_long(
     model: PreTrainedModel,
-    processor: HiggsAudioV3Processor,
+    processor: ProcessorMixin,
     text: str,
     *,
     reference: object | None = None,
@@ -508,9 +485,8 @@ def synthesize_long(
         model: a `HiggsAudioV3ForConditionalGeneration` with its codec.
         processor: its `HiggsAudioV3Processor` (either may come from the installed package or from remote code).
         text: the text, with inline control tags if any (checked up front by `processor.check_text`).
-        reference: the voice: a `HiggsAudioV3Voice`, a saved voice file, a reference clip (path, http(s) URL, array
-            or audio dict `{"array": samples, "sampling_rate": rate}`, encoded once for all chunks) or a tuple
-            `(clip, transcript)`; see `resolve_voice`.
+        reference: the voice: anything `resolve_voice` takes (a voice, a voice file, a clip encoded once for all
+            chunks, or `(clip, transcript)`).
         reference_text: transcript of the reference clip (gives the "clone with transcript" layout).
         sampling_rate: sample rate of an array `reference`.
         max_chars (`int`, defaults to 300): the largest chunk in spoken characters.
@@ -536,7 +512,7 @@ def synthesize_long(
 
 def synthesize_dialogue(
     model: PreTrainedModel,
-    processor: HiggsAudioV3Processor,
+    processor: ProcessorMixin,
     script: str | Sequence[DialogueLine] | Sequence[tuple[str, str]],
     voices: Mapping[str, object] | None = None,
     *,
@@ -556,8 +532,7 @@ def synthesize_dialogue(
     Args:
         model / processor: as in `synthesize_long`.
         script: `[Name] text` lines (see `parse_dialogue`), or `DialogueLine`s, or `(speaker, text)` pairs.
-        voices: speaker name -> voice (anything `resolve_voice` takes: a `HiggsAudioV3Voice`, a voice file, a clip path
-            or URL, an audio dict `{"array": samples, "sampling_rate": rate}`, `(clip, transcript)`).
+        voices: speaker name -> voice (anything `resolve_voice` takes).
         auto_voices (`bool`, defaults to False): a speaker without a voice gets one from their first generated chunk
             (as long-form speech does); when False, such a speaker is an error (it is usually a typo in a name).
         max_chars, pause_seconds (defaults to 0.4), batch_size, seed, max_seconds, progress, generate_kwargs: as in

@@ -478,7 +478,7 @@ def test_resolve_voice_from_a_clip_and_a_transcript(tts, tmp_path):
     assert voice.text == "Some words." and voice.num_frames == 30
     again = resolve_voice(model, processor, HiggsAudioV3Voice(codes=voice.codes), "Other words.")
     assert again.text == "Other words."
-    with pytest.raises(ValueError, match=re.escape("The reference already carries its transcript; do not pass another")):
+    with pytest.raises(ValueError, match=re.escape("The reference already carries its transcript; do not pass reference_text")):
         resolve_voice(model, processor, voice, "More words.")
     with pytest.raises(FileNotFoundError, match=re.escape("Voice file")):
         resolve_voice(model, processor, str(tmp_path / "missing.safetensors"))
