@@ -49,6 +49,13 @@ from .audio_io_higgs_v3 import (
 from .chunking_higgs_v3 import TAG_PATTERN
 from .codec_higgs_v3 import resampled_length
 from .delay_higgs_v3 import HiggsAudioV3AudioSpec, check_codes
+from .longform_higgs_v3 import SpeechResult, synthesize_dialogue, synthesize_long
+
+# transformers 5.5 copies only the *direct* relative imports of the entry module when it loads remote code from a local
+# folder (5.24 and the Hub path follow them recursively), so the rest of this module's closure is imported here too.
+from .generation_higgs_v3 import MAX_POSITIONS  # noqa: F401
+from .sampling_higgs_v3 import check_seed  # noqa: F401
+from .streaming_higgs_v3 import HiggsAudioV3RowTracker  # noqa: F401
 
 
 logger = logging.get_logger(__name__)
@@ -169,6 +176,7 @@ class HiggsAudioV3Processor(ProcessorMixin):
     >>> inputs = processor(["Hello there.", "<|emotion:anger|>Get out!"], reference=[voice, None])  # doctest: +SKIP
     >>> out = model.generate(**inputs, return_dict_in_generate=True)  # doctest: +SKIP
     >>> processor.save_audio(out.audio[0], "hello.wav")  # doctest: +SKIP
+    >>> speech = processor.synthesize_long(model, open("chapter.txt").read(), seed=0)  # long text  # doctest: +SKIP
     ```
     """
 
@@ -472,7 +480,7 @@ class HiggsAudioV3Processor(ProcessorMixin):
             logger.warning_once(
                 f"A text of more than {LONG_PROMPT_TEXT_TOKENS} tokens is spoken as one generation; the model was "
                 "trained on sentence-sized chunks and tends to run away or skip words on long ones. Use "
-                "model.synthesize_long(processor, text), which splits it into chunks and keeps the voice."
+                "processor.synthesize_long(model, text), which splits it into chunks and keeps the voice."
             )
         ids, spec = self._token_ids, self.audio_spec
         prompts, delayed_rows, clips = [], [], []
@@ -658,6 +666,31 @@ class HiggsAudioV3Processor(ProcessorMixin):
         # *** end Higgs v3 specific ***
 
     # ------------------------------------------------------------------ thin delegates users reach for
+    def synthesize_long(self, model, text: str, **options) -> SpeechResult:
+        r"""Speak a text of any length with a stable voice: `longform_higgs_v3.synthesize_long(model, self, text,
+        **options)` (the text split into chunks, generated in batches, joined with pauses; options: `reference`,
+        `reference_text`, `max_chars`, `pause_seconds`, `batch_size`, `seed`, `max_seconds`, `progress`, and
+        generation options). Works from a Hub repo alone (the module ships as remote code with the processor).
+
+        ```python
+        >>> result = processor.synthesize_long(model, open("chapter.txt").read(), seed=0)  # doctest: +SKIP
+        >>> result.save("chapter.wav")  # doctest: +SKIP
+        ```
+        """
+        return synthesize_long(model, self, text, **options)
+
+    def synthesize_dialogue(self, model, script, voices: dict | None = None, **options) -> SpeechResult:
+        r"""Speak a dialogue script (`[Name] text` lines, `DialogueLine`s or `(speaker, text)` pairs), each speaker with
+        their voice: `longform_higgs_v3.synthesize_dialogue(model, self, script, voices, **options)` (options:
+        `auto_voices`, `max_chars`, `pause_seconds`, `batch_size`, `seed`, `max_seconds`, `progress`, generation
+        options).
+
+        ```python
+        >>> result = processor.synthesize_dialogue(model, "[Ann] Hi!\n[Bob] Hello.", auto_voices=True)  # doctest: +SKIP
+        ```
+        """
+        return synthesize_dialogue(model, self, script, voices, **options)
+
     def save_audio(self, waveform: np.ndarray | torch.Tensor, path: str | os.PathLike, sampling_rate: int | None = None):
         """Write a mono waveform to `path` (format from the extension) at `sampling_rate` (default: the codec's)."""
         return save_audio(waveform, path, sampling_rate=sampling_rate or self.audio_spec.sampling_rate)

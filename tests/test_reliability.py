@@ -430,7 +430,7 @@ def test_a_long_processor_text_warns_once_and_points_to_synthesize_long(processo
     assert short["input_ids"].shape[1] == 1024 + 3 and long["input_ids"].shape[1] == 1025 + 3
     assert warned == [
         "A text of more than 1024 tokens is spoken as one generation; the model was trained on sentence-sized chunks "
-        "and tends to run away or skip words on long ones. Use model.synthesize_long(processor, text), "
+        "and tends to run away or skip words on long ones. Use processor.synthesize_long(model, text), "
         "which splits it into chunks and keeps the voice."
     ]
 
