@@ -1,19 +1,12 @@
 # Copyright 2026 the higgs-v3 authors. Licensed under the Apache License, Version 2.0.
 """Audio in and out for Higgs Audio v3: references (clips and voices), the reference-length rule, writing waveforms.
 
-- `load_reference` is the one front end that decides what a reference is: a voice (`HiggsAudioV3Voice`, of any import
-  of this module, or a saved voice file) or an audio clip (a file, an http(s) URL, samples, an audio dict), which it
-  prepares with `prepare_reference_waveform`: integer PCM scaled to [-1, 1], channels mixed to mono (mean), resampled
-  to 24 kHz with torchaudio's sinc algorithm (`codec_higgs_v3.resample_audio`), padded with zeros to at least 1 s. This
-  is the official server's front end (sglang-omni's `prepare_higgs_reference`), so a clip gives the codes the model
-  was served with. The processor and long-form speech both call it.
-- `HiggsAudioV3Voice` is an encoded reference (raw codec codes `[frames, num_codebooks]` plus the transcript), saved
-  as safetensors or JSON (never pickle: voice files are shared between users).
-- `check_length` is the reference-length rule (clips, voices, codes; a training target with its own advice).
-- Every file written here goes through `atomic_output` (a temporary file beside the target, renamed into place).
-
-`soundfile` is imported inside `try/except ImportError` so that loading this module as Hub remote code does not demand
-it; the functions that need it say what to install.
+`load_reference` is the one front end that decides what a reference is: a voice (`HiggsAudioV3Voice`, of any import of
+this module, or a saved voice file) or a clip (a file, an http(s) URL, samples, an audio dict), prepared by
+`prepare_reference_waveform` as the official server does (sglang-omni's `prepare_higgs_reference`: PCM scaled, mixed to
+mono, resampled to 24 kHz with torchaudio's algorithm, padded to 1 s), so a clip gives the codes the model was served
+with. Voices are saved as safetensors or JSON, never pickle. Every file is written through `atomic_output`. `soundfile`
+is imported inside `try/except ImportError`, so that the Hub loader does not demand it.
 """
 
 from __future__ import annotations
@@ -46,29 +39,18 @@ from .delay_higgs_v3 import HiggsAudioV3AudioSpec
 _RATES = HiggsAudioV3AudioSpec()  # the default sampling and frame rates, from their one home
 logger = logging.get_logger(__name__)
 
-MIN_REFERENCE_SECONDS: float = 1.0
-"""Shorter reference clips are padded with zeros at the end to this duration."""
-MAX_REFERENCE_SECONDS: float = 100.0
-"""Longer references are refused (the official server's limit; 5 to 30 s of clean speech is plenty)."""
+MIN_REFERENCE_SECONDS: float = 1.0  # shorter clips are padded with zeros to this duration
+MAX_REFERENCE_SECONDS: float = 100.0  # longer references are refused (the official server's limit)
 REFERENCE_ADVICE = "Use a shorter clip: 5 to 30 s of clean speech is enough to clone a voice."
-"""What a refusal of a too long reference (clip, voice or codes) advises."""
-TARGET_ADVICE = "Split long recordings into sentences, one target each."
-"""What a refusal of a too long training target advises (`model.encode_target`, `processor(audio_target=...)`)."""
+TARGET_ADVICE = "Split long recordings into sentences, one target each."  # a too long training target's advice
 
 AUDIO_OUTPUT_SUFFIXES: tuple[str, ...] = (".wav", ".flac", ".ogg", ".mp3", ".aiff", ".au", ".caf", ".w64", ".rf64")
-"""File names `save_audio` writes (the format follows the extension; `.wav` is 16-bit PCM)."""
-VOICE_FILE_SUFFIXES: tuple[str, ...] = (".safetensors", ".json")
-"""File names a saved voice may have (`HiggsAudioV3Voice.save`); any other path given as a reference is audio."""
-MAX_VOICE_JSON_BYTES: int = 8 * 1024 * 1024
-"""A `.json` voice file larger than this is refused before it is read (a 100 s voice takes about 0.2 MB)."""
-REFERENCE_URL_TIMEOUT: float = 30.0
-"""Seconds a reference clip's URL may take per network operation (connect, each read) before it is refused."""
-MAX_REFERENCE_URL_BYTES: int = 64 * 1024 * 1024
-"""A reference clip's URL serving more bytes than this is refused (100 s of 48 kHz stereo float WAV is 38 MB)."""
+VOICE_FILE_SUFFIXES: tuple[str, ...] = (".safetensors", ".json")  # any other path given as a reference is audio
+MAX_VOICE_JSON_BYTES: int = 8 * 1024 * 1024  # refused before reading (a 100 s voice takes about 0.2 MB)
+REFERENCE_URL_TIMEOUT: float = 30.0  # seconds per network operation of a reference URL
+MAX_REFERENCE_URL_BYTES: int = 64 * 1024 * 1024  # 100 s of 48 kHz stereo float WAV is 38 MB
 
-AudioLike = str | os.PathLike | np.ndarray | torch.Tensor
-"""A reference clip: a file path (wav/flac/ogg/... via libsndfile), an `http(s)://` URL of such a file, or samples as a
-numpy array or torch tensor."""
+AudioLike = str | os.PathLike | np.ndarray | torch.Tensor  # a clip: a file, an http(s) URL, or samples
 
 _PCM_FULL_SCALE = {np.dtype(np.int16): 32768.0, np.dtype(np.int32): 2147483648.0, np.dtype(np.int8): 128.0}
 # libsndfile's log of a sample chunk larger than the file: WAV/RF64 `data`, AIFF `SSND`, AU `Data Size`, W64 `riff`.
@@ -76,11 +58,10 @@ _CHUNK_SIZE = re.compile(r"^\s*(?:data|SSND|Data Size|riff)\s*: (\d+) \(should b
 
 
 # -------------------------------------------------------------------------------------------------- the length rule
-def length_problem(what: str, count: int, rate: float, unit: str = "samples", max_seconds: float = MAX_REFERENCE_SECONDS,
-                   advice: str = REFERENCE_ADVICE) -> str | None:
-    """The reference-length rule, in its one wording: `count` samples (or frames) at `rate` per second are at most
-    `max_seconds`; else the sentence that says so about `what`, ending with `advice` (`REFERENCE_ADVICE`, or a
-    training target's `TARGET_ADVICE`)."""
+def length_problem(what: str, count: int, rate: float, unit: str = "samples",
+                   max_seconds: float = MAX_REFERENCE_SECONDS, advice: str = REFERENCE_ADVICE) -> str | None:
+    """The reference-length rule in its one wording: None if `count` samples (or frames) at `rate` per second last at
+    most `max_seconds`, else the sentence that says so about `what`, ending with `advice` (or `TARGET_ADVICE`)."""
     if count <= max_seconds * rate:
         return None
     per_second = "Hz" if unit == "samples" else f"{unit} per second"
@@ -88,9 +69,9 @@ def length_problem(what: str, count: int, rate: float, unit: str = "samples", ma
             f"the longest accepted is {max_seconds:g} s. {advice}")
 
 
-def check_length(what: str, count: int, rate: float, unit: str = "samples", max_seconds: float = MAX_REFERENCE_SECONDS,
-                 advice: str = REFERENCE_ADVICE) -> None:
-    """`length_problem` as a `ValueError` (for callers that refuse at once)."""
+def check_length(what: str, count: int, rate: float, unit: str = "samples",
+                 max_seconds: float = MAX_REFERENCE_SECONDS, advice: str = REFERENCE_ADVICE) -> None:
+    """`length_problem` as a `ValueError`."""
     if problem := length_problem(what, count, rate, unit, max_seconds, advice):
         raise ValueError(problem)
 
@@ -103,13 +84,12 @@ def _soundfile():
 
 
 def is_audio_url(value) -> bool:
-    """Whether a reference is an `http://` or `https://` address (fetched into memory by `prepare_reference_waveform`)."""
+    """Whether a reference is an `http://` or `https://` address (fetched into memory)."""
     return isinstance(value, str) and value.strip().lower().startswith(("http://", "https://"))
 
 
 def _fetch(url: str) -> bytes:
-    """The bytes at `url`: at most `REFERENCE_URL_TIMEOUT` seconds per network operation and `MAX_REFERENCE_URL_BYTES`
-    bytes, read into memory (nothing is written to disk)."""
+    """The bytes at `url`, within `REFERENCE_URL_TIMEOUT` and `MAX_REFERENCE_URL_BYTES` (nothing written to disk)."""
     import http.client
     import urllib.error
     import urllib.request
@@ -133,22 +113,22 @@ def _fetch(url: str) -> bytes:
 
 
 def _damage(info, frames_read: int | None) -> str | None:
-    """Why a file that libsndfile opens is damaged, or None: a header without rate or channels, a sample chunk larger
-    than the file holds (an unfinished header, size 0 or 0xFFFFFFFF, is not damage), fewer samples than announced."""
+    """Why an audio file is damaged, or None: a header without rate or channels, or (once read) a sample chunk larger
+    than the file (an unfinished header, size 0 or 0xFFFFFFFF, is no damage) or fewer samples than announced."""
     if info.samplerate <= 0 or info.channels <= 0:
         return f"its header announces {info.samplerate} Hz and {info.channels} channels"
     match = _CHUNK_SIZE.search(info.extra_info or "")
     if frames_read is not None and match and 0 < int(match.group(2)) < int(match.group(1)) < 0xFFFFFF00:
         return f"its header announces {match.group(1)} bytes of samples but the file holds {match.group(2)}"
-    if frames_read is not None and info.frames > 0 and frames_read < info.frames - max(0.05 * info.samplerate,
-                                                                                       0.1 * info.frames):
+    slack = max(0.05 * info.samplerate, 0.1 * info.frames)  # the header's count is an estimate in some formats
+    if frames_read is not None and info.frames > 0 and frames_read < info.frames - slack:
         return f"its header announces {info.frames} samples but {frames_read} could be read"
     return None
 
 
 def _read_audio(source: str | os.PathLike, max_seconds: float, advice: str) -> tuple[np.ndarray, int]:
-    """The one reader of files and URLs: `source` -> (samples `[channels, N]` float32, rate). The header is read first:
-    a clip longer than `max_seconds` is refused before any sample is read."""
+    """The one reader of files and URLs: (samples `[channels, N]` float32, rate); the header first, so a too long
+    clip is refused before any sample is read."""
     sf = _soundfile()
     url = is_audio_url(source)
     label = f"Reference audio {'URL' if url else 'file'} {str(source)!r}"
@@ -159,16 +139,18 @@ def _read_audio(source: str | os.PathLike, max_seconds: float, advice: str) -> t
         raise (IsADirectoryError if folder else FileNotFoundError)(
             f"{label} " + ("is a folder; give an audio file (wav, flac, ogg)." if folder else "does not exist."))
     info, samples = None, None
+    source = data if url else os.fspath(source)
     try:
-        info = sf.info(data if url else os.fspath(source))
-        if _damage(info, None) is None and length_problem(label, info.frames, info.samplerate, max_seconds=max_seconds) is None:
+        info = sf.info(source)
+        header_ok = _damage(info, None) is None  # else refused below, as a too long clip is: no sample is read
+        if header_ok and not length_problem(label, info.frames, info.samplerate, max_seconds=max_seconds):
             if url:
                 data.seek(0)
-            samples, rate = sf.read(data if url else os.fspath(source), dtype="float32", always_2d=True)  # [N, C]
+            samples, rate = sf.read(source, dtype="float32", always_2d=True)  # [N, C]
     except Exception as error:  # soundfile raises LibsndfileError (a RuntimeError) or TypeError for non-audio files
         reason = " ".join(str(error).split()) or type(error).__name__
-        raise ValueError(f"Could not read r{label[1:]} ({reason}); accepted are the formats libsndfile reads, e.g. wav, flac "
-                         "and ogg.") from error
+        raise ValueError(f"Could not read r{label[1:]} ({reason}); accepted are the formats libsndfile reads, e.g. "
+                         "wav, flac and ogg.") from error
     damage = _damage(info, None if samples is None else samples.shape[0])
     if damage:
         raise ValueError(f"{label} is damaged: {damage}. Export the clip again.")
@@ -177,8 +159,8 @@ def _read_audio(source: str | os.PathLike, max_seconds: float, advice: str) -> t
 
 
 def _samples(audio, sampling_rate) -> tuple[np.ndarray | None, str | None]:
-    """Samples given in memory as `[channels, N]` floats in [-1, 1] (integer PCM scaled), or why they cannot be used.
-    `[N]`, `[C, N]`, `[N, C]` (the shorter axis of a 2-D array is the channel axis) or `[1, C, N]`."""
+    """Samples in memory (`[N]`, `[C, N]`, `[N, C]`: the shorter axis is the channels, or `[1, C, N]`) as `[C, N]`
+    floats (integer PCM scaled to [-1, 1]), or why they cannot be used."""
     if not isinstance(audio, (np.ndarray, torch.Tensor)):
         return None, (f"Reference audio must be a file path, an http(s) URL, a numpy array or a torch tensor; got "
                       f"{type(audio).__name__}")
@@ -202,7 +184,9 @@ def _samples(audio, sampling_rate) -> tuple[np.ndarray | None, str | None]:
                       f"shape {tuple(audio.shape)}")
     if isinstance(sampling_rate, bool) or not isinstance(sampling_rate, (int, np.integer)) or sampling_rate <= 0:
         return None, f"sampling_rate must be a positive integer number of Hz, got {sampling_rate!r}"
-    return (samples[None, :] if samples.ndim == 1 else samples if samples.shape[0] <= samples.shape[1] else samples.T), None
+    if samples.ndim == 1 or samples.shape[0] > samples.shape[1]:
+        samples = samples[None, :] if samples.ndim == 1 else samples.T
+    return samples, None
 
 
 def prepare_reference_waveform(
@@ -213,23 +197,14 @@ def prepare_reference_waveform(
     max_seconds: float = MAX_REFERENCE_SECONDS,
     too_long_advice: str = REFERENCE_ADVICE,
 ) -> torch.FloatTensor:
-    """Load and check a reference clip; return the mono float32 waveform `[N]` at `target_sampling_rate` that the codec
-    encodes (what `model.encode_reference` and the processor's clips use).
+    """Load and check a reference clip: the mono float32 waveform `[max(N', ceil(min_seconds * target_sampling_rate))]`
+    at `target_sampling_rate` that the codec encodes (`model.encode_reference`, the processor's clips).
 
-    Args:
-        audio: a file path (wav, flac, ogg, ... as libsndfile reads them), an `http(s)://` URL of such a file (fetched
-            into memory, see `REFERENCE_URL_TIMEOUT` and `MAX_REFERENCE_URL_BYTES`), or samples (numpy array or torch
-            tensor, `[N]`, `[channels, N]` or `[N, channels]`; integer PCM is scaled to [-1, 1]).
-        sampling_rate: the rate of samples in Hz (required for them); a file's or URL's own rate is read from it (a
-            value given here must then agree).
-        target_sampling_rate: the codec's rate; resampled as torchaudio's `resample` does (the official server's).
-        min_seconds / max_seconds: shorter clips are padded with zeros at the end, longer ones refused (`check_length`,
-            ending with `too_long_advice`).
-
-    Returns:
-        `[max(N', ceil(min_seconds * target_sampling_rate))]`, N' the resampled length. Unreadable files, unreachable or
-        too large URLs, a missing or wrong rate, unsupported dtypes or shapes, empty, non-finite or too long clips are
-        refused with a one-line `ValueError` (`FileNotFoundError` / `IsADirectoryError` for paths).
+    `audio` is a file (as libsndfile reads it), an `http(s)://` URL of one (fetched into memory, bounded) or samples
+    (numpy or torch, `[N]`, `[channels, N]` or `[N, channels]`, integer PCM scaled) at `sampling_rate` (required for
+    samples; for files it is read, and a value given must agree). Resampled as torchaudio does, padded with zeros to
+    `min_seconds`; unreadable, empty, non-finite or too long clips (`check_length`, ending with `too_long_advice`) are
+    one-line refusals (`FileNotFoundError` / `IsADirectoryError` for paths, else `ValueError`).
     """
     if isinstance(audio, (str, os.PathLike)):  # a file or an http(s) URL: its rate is read from it
         label = f"Reference audio {'URL' if is_audio_url(audio) else 'file'} {str(audio)!r}"
@@ -261,17 +236,15 @@ def prepare_reference_waveform(
 # ------------------------------------------------------------------------------------------------- the front end
 @dataclass(frozen=True)
 class ReferenceClip:
-    """A reference clip as `load_reference` prepared it: the codec-rate mono float32 waveform `[N]` (None when only
-    its form was checked, `read=False`) and its transcript."""
+    """A clip as `load_reference` prepared it: the waveform `[N]` (None with `read=False`) and its transcript."""
 
     waveform: torch.FloatTensor | None
     text: str | None = None
 
 
 def is_clip(reference) -> bool:
-    """Whether a reference is an audio clip rather than a voice: any path but a saved voice's (`VOICE_FILE_SUFFIXES`),
-    an `http(s)://` URL, samples (numpy array or torch tensor) or an audio dict (`{"array": samples, "sampling_rate":
-    rate}` as `datasets`' Audio feature gives it, or `{"path": file}`)."""
+    """Whether a reference is a clip rather than a voice: a path but a voice file's, an http(s) URL, samples, or an
+    audio dict (`{"array": samples, "sampling_rate": rate}` as `datasets`' Audio gives it, or `{"path": file}`)."""
     if isinstance(reference, (str, os.PathLike)):
         return is_audio_url(reference) or Path(reference).suffix.lower() not in VOICE_FILE_SUFFIXES
     return isinstance(reference, (dict, np.ndarray, torch.Tensor))
@@ -281,16 +254,10 @@ def load_reference(
     reference, text: str | None = None, sampling_rate: int | None = None, where: str = "the reference",
     target_sampling_rate: int = _RATES.sampling_rate, read: bool = True,
 ) -> HiggsAudioV3Voice | ReferenceClip:
-    r"""The one front end for references (the processor's, long-form speech's): decides what `reference` is and loads it.
-
-    - a voice: a `HiggsAudioV3Voice` of any import of this module (recognised by its `voice_format` marker) or the path
-      of a saved voice file; returned as this module's `HiggsAudioV3Voice`, with `text` as its transcript when given
-      (a voice that carries one already refuses another);
-    - a clip (`is_clip`): a file path, an http(s) URL, samples with `sampling_rate`, or an audio dict; returned as a
-      `ReferenceClip` with the waveform of `prepare_reference_waveform` (not read with `read=False`: its form only).
-
-    Refusals are one-line errors naming `where`.
-    """
+    """The one front end for references (the processor's and long-form speech's). A voice (of any import, by its
+    `voice_format` marker, or a saved voice file) comes back as this module's `HiggsAudioV3Voice` with `text` as its
+    transcript (refused when it has one); a clip (`is_clip`) as a `ReferenceClip` with the waveform of
+    `prepare_reference_waveform` (`read=False`: its form checked, nothing read). Refusals name `where`."""
     Where = where[:1].upper() + where[1:]
     if not is_clip(reference):
         if not isinstance(reference, (str, os.PathLike)) and getattr(reference, "voice_format", None) != VOICE_FORMAT:
@@ -309,12 +276,13 @@ def load_reference(
         rate = reference.get("sampling_rate", None if isinstance(audio, (str, os.PathLike)) else sampling_rate)
     problem = None
     if audio is None:
-        problem = (f"{Where} is an audio dict without samples or a file (its keys: {sorted(map(str, reference))}); pass "
-                   "{'array': samples, 'sampling_rate': rate} (as datasets' Audio feature gives it) or {'path': file}.")
+        problem = (f"{Where} is an audio dict without samples or a file (its keys: {sorted(map(str, reference))}); "
+                   "pass {'array': samples, 'sampling_rate': rate} (as datasets' Audio feature gives it) or "
+                   "{'path': file}.")
     elif rate is None and not isinstance(audio, (str, os.PathLike)):
         problem = (f"{Where} is an array of samples without its sampling rate; pass it too: processor(text, "
-                   "reference=samples, sampling_rate=rate), reference={'array': samples, 'sampling_rate': rate}, or in a "
-                   "chat message {'type': 'audio', 'audio': samples, 'sampling_rate': rate}.")
+                   "reference=samples, sampling_rate=rate), reference={'array': samples, 'sampling_rate': rate}, or in "
+                   "a chat message {'type': 'audio', 'audio': samples, 'sampling_rate': rate}.")
     if problem:
         raise ValueError(problem)
     return ReferenceClip(prepare_reference_waveform(audio, rate, target_sampling_rate) if read else None, text)
@@ -323,10 +291,8 @@ def load_reference(
 # ------------------------------------------------------------------------------------------------------------ output
 @contextlib.contextmanager
 def atomic_output(path: str | os.PathLike) -> Iterator[Path]:
-    """THE atomic file writer: yields a temporary path beside `path` (same folder and suffix, a hidden name); when the
-    block ends without an error the file written there is flushed to disk and renamed to `path` (`os.replace`), so
-    `path` holds the old file or the new one, never part of one. On any error the temporary file is removed and `path`
-    is left as it was.
+    """THE atomic file writer: a temporary path beside `path` (hidden name, same suffix), flushed to disk and renamed
+    to `path` (`os.replace`) when the block ends without an error, else removed: `path` is the old file or the new one.
 
     >>> with atomic_output("speech.wav") as temporary:  # doctest: +SKIP
     ...     soundfile.write(temporary, waveform, 24000)
@@ -343,7 +309,8 @@ def atomic_output(path: str | os.PathLike) -> Iterator[Path]:
             temporary.unlink()
         if type(error).__name__ in ("LibsndfileError", "SafetensorError"):  # the writers' own errors for a failed write
             reason = " ".join(str(error).split()) or type(error).__name__
-            raise OSError(f"Could not write {str(path)!r} ({reason}); the previous file, if any, is unchanged.") from error
+            raise OSError(f"Could not write {str(path)!r} ({reason}); the previous file, if any, is unchanged."
+                          ) from error
         raise
 
 
@@ -357,16 +324,18 @@ def check_audio_output(path: str | os.PathLike) -> Path:
     return path
 
 
-def save_audio(waveform: np.ndarray | torch.Tensor, path: str | os.PathLike, sampling_rate: int = _RATES.sampling_rate) -> Path:
-    """Write a mono waveform (`[N]` or `[1, N]`, float in [-1, 1]) to `path` with `atomic_output`; the format follows
-    the extension (`AUDIO_OUTPUT_SUFFIXES`: `.wav` is written as 16-bit PCM). Returns the path."""
+def save_audio(waveform: np.ndarray | torch.Tensor, path: str | os.PathLike,
+               sampling_rate: int = _RATES.sampling_rate) -> Path:
+    """Write a mono waveform (`[N]` or `[1, N]`, in [-1, 1]) to `path` (`atomic_output`; the format from the extension,
+    `.wav` as 16-bit PCM). Returns the path."""
     sf, path = _soundfile(), check_audio_output(path)
     if isinstance(waveform, torch.Tensor):
         waveform = waveform.detach().to(device="cpu", dtype=torch.float32).numpy()
     waveform = np.asarray(waveform, dtype=np.float32)
     waveform = waveform[0] if waveform.ndim == 2 and waveform.shape[0] == 1 else waveform
     if waveform.ndim != 1:
-        raise ValueError(f"save_audio writes one mono waveform of shape [samples] or [1, samples]; got shape {waveform.shape}.")
+        raise ValueError(f"save_audio writes one mono waveform of shape [samples] or [1, samples]; got shape "
+                         f"{waveform.shape}.")
     with atomic_output(path) as temporary:
         sf.write(os.fspath(temporary), waveform, int(sampling_rate))
     return path
@@ -380,14 +349,10 @@ VOICE_FORMAT_VERSION = 1
 @dataclass
 class HiggsAudioV3Voice:
     r"""
-    A reusable voice: the **raw** codec codes of a reference clip (`[frames, num_codebooks]`, no delay pattern, no
-    BOC/EOC) and, optionally, its transcript, which gives the "clone with transcript" prompt layout (usually closer).
-
-    Saved as `.safetensors` (codes as a tensor, the rest as string metadata) or `.json`; never pickled, so a voice
-    file from someone else cannot run code. The same class imported twice (the installed package and a Hub repo's
-    remote code) is two classes: voices are recognised by their `voice_format` marker, not their type.
-
-    Example:
+    A reusable voice: the raw codec codes of a reference clip (`[frames, num_codebooks]`, no delay pattern) and its
+    optional transcript (the "clone with transcript" layout, usually closer). Saved as `.safetensors` or `.json`, never
+    pickled. Imported twice (the installed package, a Hub repo's remote code) it is two classes: voices are recognised
+    by their `voice_format` marker, not their type.
 
     ```python
     >>> import torch
@@ -406,11 +371,13 @@ class HiggsAudioV3Voice:
     def __post_init__(self):
         codes = torch.from_numpy(self.codes) if isinstance(self.codes, np.ndarray) else self.codes
         problem = None
-        if not isinstance(codes, torch.Tensor) or codes.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
+        integer = (torch.int64, torch.int32, torch.int16, torch.uint8)
+        if not isinstance(codes, torch.Tensor) or codes.dtype not in integer:
             problem = (f"codes must be an integer tensor of raw codec codes [frames, num_codebooks]; got "
                        f"{type(self.codes).__name__} of dtype {getattr(self.codes, 'dtype', None)}")
         elif codes.dim() != 2 or codes.shape[0] == 0:
-            problem = f"codes must have shape [frames, num_codebooks] with at least one frame; got shape {tuple(codes.shape)}"
+            problem = f"codes must have shape [frames, num_codebooks] with at least one frame; got shape " + str(
+                tuple(codes.shape))
         elif int(codes.min()) < 0:
             problem = f"codes must be non-negative codec codes; the smallest is {int(codes.min())}"
         elif self.text is not None and not isinstance(self.text, str):
@@ -421,21 +388,20 @@ class HiggsAudioV3Voice:
 
     @classmethod
     def from_any(cls, value, where: str = "the reference") -> HiggsAudioV3Voice:
-        """`value` as a voice of this class: a `HiggsAudioV3Voice` from any import of this module (by its marker and
-        fields) or the path of a saved voice file (`.safetensors` / `.json`)."""
+        """`value` as this class: a voice of any import of this module (by its marker) or a saved voice file's path."""
         if isinstance(value, cls):
             return value
         if getattr(value, "voice_format", None) == VOICE_FORMAT:
-            return cls(codes=value.codes, text=value.text, sampling_rate=value.sampling_rate, frame_rate=value.frame_rate)
+            return cls(value.codes, value.text, value.sampling_rate, value.frame_rate)
         path = isinstance(value, (str, os.PathLike))
         if path and Path(value).suffix.lower() in VOICE_FILE_SUFFIXES:
             return cls.load(value)
         Where = where[:1].upper() + where[1:]
         raise ValueError(
-            f"{Where} is the path {str(value)!r}, which is not a saved voice file (.safetensors / .json). An audio clip "
-            "is encoded into a voice first: voice = model.encode_reference(clip, text=...)." if path else
-            f"{Where} must be a HiggsAudioV3Voice (from model.encode_reference or HiggsAudioV3Voice.load) or the path of "
-            f"a saved voice file (.safetensors / .json), got {type(value).__name__}. Encode an audio clip with "
+            f"{Where} is the path {str(value)!r}, which is not a saved voice file (.safetensors / .json). An audio "
+            "clip is encoded into a voice first: voice = model.encode_reference(clip, text=...)." if path else
+            f"{Where} must be a HiggsAudioV3Voice (from model.encode_reference or HiggsAudioV3Voice.load) or the path "
+            f"of a saved voice file (.safetensors / .json), got {type(value).__name__}. Encode an audio clip with "
             "model.encode_reference(clip, text=...)."
         )
 
@@ -449,11 +415,10 @@ class HiggsAudioV3Voice:
 
     @property
     def duration(self) -> float:
-        """Length of the encoded clip in seconds."""
         return self.num_frames / self.frame_rate
 
     def save(self, path: str | os.PathLike) -> Path:
-        """Write the voice to `path` (`.safetensors` or `.json`, by the extension) with `atomic_output`; returns it."""
+        """Write the voice to `path` (`.safetensors` or `.json`) with `atomic_output`; returns the path."""
         path = Path(path)
         if path.suffix.lower() not in VOICE_FILE_SUFFIXES:
             raise ValueError(f"A voice is saved as .safetensors or .json; got the file name {path.name!r}.")
@@ -472,9 +437,8 @@ class HiggsAudioV3Voice:
 
     @classmethod
     def load(cls, path: str | os.PathLike, max_seconds: float = MAX_REFERENCE_SECONDS) -> HiggsAudioV3Voice:
-        """Read a voice written by `save`. Anything else under that name (another format, a damaged or truncated file,
-        a newer version, a voice longer than `max_seconds`, read from a safetensors header before the codes) is refused
-        with one `ValueError` that names the file and the problem."""
+        """Read a voice written by `save`; anything else (another format, a damaged file, a newer version, a voice over
+        `max_seconds`, read from a safetensors header first) is one `ValueError` naming the file and the problem."""
         path = Path(path)
         if not path.is_file():
             raise (IsADirectoryError if path.is_dir() else FileNotFoundError)(f"Voice file {str(path)!r} " + (
@@ -485,8 +449,7 @@ class HiggsAudioV3Voice:
         problem = record if isinstance(record, str) else None
         if problem is None:
             try:
-                rates = {key: int(record.get(key) or default) for key, default in (("sampling_rate", _RATES.sampling_rate),
-                                                                                   ("frame_rate", _RATES.frame_rate))}
+                rates = {key: int(record.get(key) or getattr(_RATES, key)) for key in ("sampling_rate", "frame_rate")}
                 voice = cls(codes=record["codes"], text=record.get("text"), **rates)
                 problem = length_problem("it", voice.num_frames, voice.frame_rate, "frames", max_seconds)
             except ValueError as error:
@@ -502,9 +465,10 @@ def _record_problem(record: dict) -> str | None:
     if record.get("format") != VOICE_FORMAT:
         return f"its format is {record.get('format')!r}, expected {VOICE_FORMAT!r} (not a Higgs Audio v3 voice file)."
     if isinstance(version, bool) or not isinstance(version, (int, str)) or not str(version).isdigit():
-        return f"its version is {version!r}, expected a whole number (this code reads versions up to {VOICE_FORMAT_VERSION})."
+        return f"its version is {version!r}, expected a whole number (this code reads up to {VOICE_FORMAT_VERSION})."
     if int(version) > VOICE_FORMAT_VERSION:
-        return f"it is a version {int(version)} voice file; this code reads versions up to {VOICE_FORMAT_VERSION}. Update higgs-v3."
+        return (f"it is a version {int(version)} voice file; this code reads versions up to {VOICE_FORMAT_VERSION}. "
+                "Update higgs-v3.")
     for key in ("sampling_rate", "frame_rate"):
         value = record.get(key)
         if value is not None and (isinstance(value, bool) or not str(value).isdigit() or int(value) <= 0):
@@ -515,8 +479,7 @@ def _record_problem(record: dict) -> str | None:
 
 
 def _safetensors_record(path: Path, max_seconds: float) -> dict | str:
-    """The fields of a `.safetensors` voice, its frames checked in the header before the codes are read; or the
-    problem."""
+    """The fields of a `.safetensors` voice (its length from the header, before the codes are read), or the problem."""
     from safetensors import safe_open
 
     try:
@@ -526,22 +489,23 @@ def _safetensors_record(path: Path, max_seconds: float) -> dict | str:
             problem = f"it holds tensors {keys}, expected ['codes']." if keys != ["codes"] else _record_problem(record)
             shape = file.get_slice("codes").get_shape() if problem is None else ()
             if len(shape) == 2:  # the length from the header: a too long voice is refused before its codes are read
-                problem = length_problem("it", shape[0], int(record["frame_rate"] or _RATES.frame_rate), "frames", max_seconds)
+                rate = int(record["frame_rate"] or _RATES.frame_rate)
+                problem = length_problem("it", shape[0], rate, "frames", max_seconds)
             if problem is None:
                 record["codes"] = file.get_tensor("codes")
     except Exception as error:  # safetensors' SafetensorError (a pickle or other file under this name, truncation)
         return f"it is not a readable safetensors file ({' '.join(str(error).split()) or type(error).__name__})."
     try:
-        record["text"] = None if record["text"] is None else json.loads(record["text"])  # saved as JSON (null or a string)
+        record["text"] = None if record["text"] is None else json.loads(record["text"])  # JSON: null or a string
     except (ValueError, RecursionError):
         return "its 'text' metadata is not JSON."
     return problem or _record_problem(record) or record
 
 
 def _json_record(path: Path, max_seconds: float) -> dict | str:
-    """The fields of a `.json` voice (files over `MAX_VOICE_JSON_BYTES` refused before they are read), or the problem."""
+    """The fields of a `.json` voice (over `MAX_VOICE_JSON_BYTES`: refused unread), or the problem."""
     if (size := path.stat().st_size) > MAX_VOICE_JSON_BYTES:
-        return f"it is {size} bytes; a voice file holds at most {MAX_VOICE_JSON_BYTES} (a 100 s voice takes about 0.2 MB)."
+        return f"it is {size} bytes; a voice file holds at most {MAX_VOICE_JSON_BYTES} (a 100 s voice, about 0.2 MB)."
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
     except RecursionError:
@@ -552,15 +516,8 @@ def _json_record(path: Path, max_seconds: float) -> dict | str:
         return "no 'codes' field."
     if problem := _record_problem(record):
         return problem
-    stack = [(record, 1)]  # a voice record is {"codes": [[...]]}: anything nested deeper is not a voice
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, (list, dict)) and depth > 4:
-            return "its JSON is nested deeper than a voice record ({\"codes\": [[...], ...], ...})."
-        if isinstance(item, (list, dict)):
-            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
-    rows = record["codes"]
-    if not isinstance(rows, list) or not all(isinstance(row, list) for row in rows):
+    rows = record["codes"]  # a list of frames, each a list of integer codes: nothing nested deeper reaches torch
+    if not isinstance(rows, list) or not all(isinstance(r, list) and all(type(c) is int for c in r) for r in rows):
         return "its 'codes' is not a list of frames (lists of integer codes)."
     try:
         record["codes"] = torch.tensor(rows, dtype=torch.long)

@@ -1,13 +1,10 @@
 # Copyright 2026 the higgs-v3 authors. Licensed under the Apache License, Version 2.0.
-r"""The text side of long-form speech: a tag-aware sentence chunker and dialogue scripts (pure text; the synthesis is
-`longform_higgs_v3`'s).
+r"""The text side of long-form speech (pure text; the synthesis is `longform_higgs_v3`'s): a tag-aware chunker, the tag
+pattern the processor checks tags with, and dialogue scripts (`[Name] text` lines, `parse_dialogue`).
 
-The model's quality drops on long inputs (fine up to about 500 characters, unreliable near 750, it can collapse near
-1000), so long text is spoken in chunks of a few hundred characters: `split_text` packs whole sentences
-(`split_sentences`) into chunks of at most `max_chars` spoken characters, cutting an over-long sentence at clauses,
-then spaces, then characters, and never inside or right after a `<|...|>` tag (`TAG_PATTERN`, which the processor
-checks tags with too).
-A dialogue script has one `[Name] text` line per turn (`parse_dialogue`).
+The model's quality drops on long inputs (fine up to about 500 characters, it can collapse near 1000): `split_text`
+packs whole sentences into chunks of at most `max_chars` spoken characters, cutting an over-long sentence at clauses,
+then spaces, then characters, and never inside or right after a `<|...|>` tag.
 
 ```python
 >>> split_text("First sentence. <|emotion:anger|>Second one! 第三句。", max_chars=20)
@@ -24,10 +21,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 
-
 TAG_PATTERN = re.compile(r"<\|[^<>|\n]*\|>")
-"""Anything that looks like a special token (`<|...|>`, one line, no nested brackets): the processor checks each match
-against the tokenizer's control tags; the chunker never cuts inside one."""
+"""Anything that looks like a special token (`<|...|>`, one line, no nested brackets)."""
 
 # =============================================================================================== the chunker
 DEFAULT_MAX_CHARS = 300
@@ -48,8 +43,7 @@ SENTENCE, CLAUSE, SPACE, CHARACTER = 0, 1, 2, 3  # split levels, coarse to fine
 
 
 def spoken_length(text: str) -> int:
-    """The length the chunker measures: characters of `text` without control tags and without leading/trailing
-    whitespace (a tag is one token and is not spoken)."""
+    """The length the chunker measures: characters without tags (not spoken) and edge whitespace."""
     return len(TAG_PATTERN.sub("", text).strip())
 
 
@@ -180,20 +174,10 @@ class _Document:
         return self.pack(units, max_chars)
 
 
-def _check_max_chars(max_chars: int) -> None:
-    if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1:
-        raise ValueError(f"max_chars must be a positive number of characters, got {max_chars!r}.")
-
-
 def split_sentences(text: str) -> list[str]:
-    """Split `text` into sentences; `"".join(split_sentences(text)) == text` (whitespace stays with the sentence it
-    follows).
-
-    A sentence ends after `。！？｡।` (anywhere), after `.!?…` followed by whitespace, a tag or the end of the text (not
-    after an abbreviation such as "Dr." or an initial), with any closing quotes or brackets, and at line breaks.
-    Never inside a `<|...|>` tag, and never right after one: a tag at the start of a sentence stays with it. Pieces with
-    nothing to say (a lone tag, "...") join the next sentence.
-    """
+    """Split `text` into sentences, `"".join(split_sentences(text)) == text`. A sentence ends after `。！？｡।`, after
+    `.!?…` before whitespace, a tag or the end (not after "Dr." or an initial), with closing quotes or brackets, and
+    at line breaks; never inside or right after a tag. Pieces with nothing to say join the next sentence."""
     document = _Document(text)
     if not text:
         return []
@@ -201,24 +185,12 @@ def split_sentences(text: str) -> list[str]:
 
 
 def split_text(text: str, max_chars: int = DEFAULT_MAX_CHARS) -> list[str]:
-    r"""
-    Split `text` into chunks of at most `max_chars` spoken characters (`spoken_length`: tags and edge whitespace are
-    not counted), for one generation each.
-
-    Whole sentences (`split_sentences`) are packed greedily into chunks. A sentence longer than `max_chars` is cut at
-    clause marks (`, ; :` before a space, `，、；：—` anywhere), a clause still too long at spaces, and a word still
-    too long (CJK text without punctuation) between characters. No cut is ever made inside a `<|...|>` tag or right
-    after one, so every chunk but the last starts its tags with the text they apply to. Chunks are stripped of edge
-    whitespace; joined, they give back `text` up to whitespace.
-
-    Args:
-        text: the text, with inline control tags if any.
-        max_chars (`int`, defaults to 300): the largest chunk, in spoken characters.
-
-    Returns:
-        `list[str]`: the chunks in order (empty for a text that is only whitespace).
-    """
-    _check_max_chars(max_chars)
+    """Chunks of at most `max_chars` spoken characters (`spoken_length`), one generation each, stripped; joined they
+    give back `text` up to whitespace (none for blank text). Whole sentences are packed greedily; a longer one is cut at
+    clause marks (`, ; :` before a space, `，、；：—` anywhere), then spaces, then characters, never inside or right
+    after a tag (a chunk's tags go with the text they apply to)."""
+    if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1:
+        raise ValueError(f"max_chars must be a positive number of characters, got {max_chars!r}.")
     if not text.strip():
         return []
     document = _Document(text)

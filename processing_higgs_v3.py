@@ -1,8 +1,7 @@
 # Copyright 2026 the higgs-v3 authors. Licensed under the Apache License, Version 2.0.
 r"""Prompt building for Higgs Audio v3 TTS: `HiggsAudioV3Processor`, the one place where text and references are checked.
 
-The processor turns text (plus an optional reference voice per row) into the model inputs, in the three layouts of
-the original (no bos, no ChatML), which is also what its chat template renders:
+The three layouts of the original (no bos, no ChatML), which the chat template renders too:
 
 ```
 plain TTS:              <|tts|> <|text|> TEXT <|audio|>
@@ -10,15 +9,12 @@ clone, no transcript:   <|tts|> <|ref_audio|> [P]*L <|text|> TEXT <|audio|>
 clone with transcript:  <|tts|> <|ref_text|> REF_TEXT <|ref_audio|> [P]*L <|text|> TEXT <|audio|>
 ```
 
-`[P]` is the placeholder id (`audio_placeholder_id`, -100) and `L = T_ref + num_codebooks - 1` the rows of the reference
-codes after the delay pattern (`delay_higgs_v3`); the delayed rows go to `audio_input_ids` (`[N, num_codebooks]`, all
-placeholders of the batch in order), which the model embeds at the placeholder positions.
-
-**The processor prepares inputs and nothing else.** Audio <-> codes is the model's (its codec's weights live in the
-model, as CSM's do). A reference given as a clip is handled as CSM's processor handles audio: `load_reference` prepares
-its waveform with the model's own front end, `_get_encoded_length` counts its codec frames with a pure function of the
-codec's frame-count parameters (`encoded_length_kwargs`, saved in `processor_config.json`), and the clip's rows hold
-the placeholder id until `generate` encodes the waveform (`reference_audio`) with the model's codec.
+`[P]` is the placeholder id (-100), `L = T_ref + num_codebooks - 1` the reference's rows after the delay pattern, which
+go to `audio_input_ids` (`[N, num_codebooks]`, every placeholder of the batch in order). The processor prepares inputs
+and nothing else: audio <-> codes is the model's (CSM's split). A clip reference is prepared with the model's own front
+end (`load_reference`), its frames counted with a pure function of the codec's frame-count parameters
+(`_get_encoded_length`, saved in `processor_config.json`), and its rows hold the placeholder id until `generate`
+encodes the clip (`reference_audio`).
 """
 
 import difflib
@@ -68,11 +64,10 @@ PROMPT_TOKENS: dict[str, tuple[str, str]] = {
     "ref_audio": ("<|ref_audio|>", "ref_audio_token_id"),
     "ref_text": ("<|ref_text|>", "ref_text_token_id"),
 }
-"""The prompt specials: role -> (token string, the config field its id must agree with). Ids come from the tokenizer."""
+"""The prompt specials: role -> (token string, the config field its id must agree with); ids come from the tokenizer."""
 
 CONTROL_TAG_FAMILIES: tuple[str, ...] = ("emotion", "style", "sfx", "prosody", "env")
-"""Added tokens `<|family:name|>` of these families are inline control tags users may write in the text; every other
-added `<|...|>` token is structural and refused in user text."""
+"""Added tokens `<|family:name|>` of these families are inline control tags; every other `<|...|>` one is structural."""
 
 REAL_ENCODED_LENGTH_KWARGS: dict = {
     "sample_rate": 24000,
@@ -85,8 +80,7 @@ REAL_ENCODED_LENGTH_KWARGS: dict = {
 """The real codec's frame-count parameters (`_get_encoded_length`): a processor's default `encoded_length_kwargs`."""
 
 LONG_PROMPT_TEXT_TOKENS: int = 1024
-"""A text of more tokens than this in one processor call is spoken as one generation with a warning: the model was
-trained on sentence-sized chunks and tends to run away or skip words on long ones (`synthesize_long` splits)."""
+"""A longer text (in tokens) is spoken as one generation with a warning that points to `synthesize_long`."""
 
 TTS_CHAT_TEMPLATE: str = (
     "{#- Higgs Audio v3 TTS prompt (no ChatML, no system prompt): an optional reference turn (an audio item plus its "
@@ -105,8 +99,7 @@ TTS_CHAT_TEMPLATE: str = (
     "{%- endif -%}\n"
     "{%- endfor -%}\n"
 )
-"""The chat template of a converted repo (`chat_template.jinja`): the TTS prompt of a conversation as text,
-`<|ref_audio|>` standing for the reference rows (which `__call__` lays out when it tokenizes the rendered prompt)."""
+"""The chat template of a converted repo (`chat_template.jinja`): `<|ref_audio|>` stands for the reference rows."""
 
 CHAT_LAYOUT = (
     'A TTS conversation is [{"role": "user", "content": [{"type": "audio", "audio": voice}, {"type": "text", "text": '
@@ -114,8 +107,7 @@ CHAT_LAYOUT = (
     '"audio": samples with "sampling_rate"), {"role": "user", "content": [{"type": "text", "text": what to say}]}].'
 )
 
-REFERENCE_CLIP_KEYS: tuple[str, ...] = ("reference_audio", "reference_audio_lengths")
-"""The processor's outputs for reference clips, which `generate` encodes with the model's codec (see `__call__`)."""
+REFERENCE_CLIP_KEYS: tuple[str, ...] = ("reference_audio", "reference_audio_lengths")  # clips, encoded by `generate`
 
 _TAG_START = re.compile(r"<\|[^\s<>|]*")  # an opening `<|` and what follows it up to a space or bracket
 _RENDERED = re.compile("{tts}(?:{ref_text}(.*?))?({ref_audio})?{text}(.*){audio_start}".format(
@@ -147,35 +139,23 @@ _OPTIONS = {*HiggsAudioV3TextKwargs.__annotations__, *HiggsAudioV3AudioKwargs.__
 
 class HiggsAudioV3Processor(ProcessorMixin):
     r"""
-    Builds Higgs Audio v3 TTS prompts: left-padded batches, each row with its own reference voice or none. Holds the
-    tokenizer and the settings that describe the model (saved in `processor_config.json`); it checks every text,
-    transcript and reference it is given, so that nothing invalid reaches the model.
+    Builds Higgs Audio v3 TTS prompts: left-padded batches, each row with its own reference or none, every text,
+    transcript and reference checked so that nothing invalid reaches the model.
 
     Args:
-        tokenizer: the Higgs Audio v3 tokenizer (Qwen2 byte-level BPE plus the 84 added tokens). Prompt specials are
-            looked up in it by string; its `padding_side` is set to "left".
-        chat_template: the template `apply_chat_template` renders with (defaults to `TTS_CHAT_TEMPLATE`; a template
-            that does not render TTS prompts, such as the original's ChatML, is replaced by it with a warning).
-        audio_spec (`dict`, *optional*): the `HiggsAudioV3AudioSpec` fields (`num_codebooks`, `audio_boc_token_id`,
-            `audio_eoc_token_id`, `audio_placeholder_id`, `sampling_rate`, `frame_rate`); defaults to the real model's.
+        tokenizer: the Higgs Audio v3 tokenizer (Qwen2 byte-level BPE plus the 84 added tokens), padded on the left.
+        chat_template: the template `apply_chat_template` renders with (default `TTS_CHAT_TEMPLATE`, which also
+            replaces, with a warning, a template that renders no TTS prompt such as the original's ChatML).
+        audio_spec (`dict`, *optional*): the `HiggsAudioV3AudioSpec` fields; defaults to the real model's.
         encoded_length_kwargs (`dict`, *optional*): the codec's frame-count parameters (`_get_encoded_length`);
-            defaults to the real codec's (`REAL_ENCODED_LENGTH_KWARGS`). `from_model_config` fills both from a config.
+            defaults to the real codec's. Both are saved; `from_model_config` takes them from a model config.
 
-    With `pipeline("text-to-speech", model=repo, trust_remote_code=True)` the pipeline loads this processor and calls it
-    with the text: `pipe("Hello.")` gives `{"audio", "sampling_rate": 24000}`. Generation options go in
-    `forward_params` (e.g. `{"seed": 0}`), processor options in `preprocess_params`, e.g. `{"reference": "ref.wav",
-    "reference_text": "Its transcript."}`; a chat (`pipe([{"role": "user", "content": "Hello."}])`, with an optional
-    reference turn) goes through `apply_chat_template`. With a model and a processor already loaded, pass
-    `pipeline("text-to-speech", model=model, processor=processor, tokenizer=processor.tokenizer)`.
-
-    Example:
+    `pipeline("text-to-speech", model=repo, trust_remote_code=True)` calls it with texts (its options in
+    `preprocess_params`) or chats (`apply_chat_template`).
 
     ```python
-    >>> processor = HiggsAudioV3Processor(tokenizer)  # doctest: +SKIP
-    >>> voice = model.encode_reference("me.wav", text="What I say in it.")  # doctest: +SKIP
     >>> inputs = processor(["Hello there.", "<|emotion:anger|>Get out!"], reference=[voice, None])  # doctest: +SKIP
     >>> out = model.generate(**inputs, return_dict_in_generate=True)  # doctest: +SKIP
-    >>> processor.save_audio(out.audio[0], "hello.wav")  # doctest: +SKIP
     >>> speech = processor.synthesize_long(model, open("chapter.txt").read(), seed=0)  # long text  # doctest: +SKIP
     ```
     """
@@ -185,12 +165,9 @@ class HiggsAudioV3Processor(ProcessorMixin):
 
     def __init__(self, tokenizer, chat_template: str | None = None, audio_spec: dict | None = None,
                  encoded_length_kwargs: dict | None = None):
-        if chat_template is not None and "<|tts|>" not in chat_template:
-            # *** The original repo's ChatML template (an older conversion ships it) does not render TTS prompts. ***
-            logger.warning_once(
-                "The chat template given to HiggsAudioV3Processor does not render Higgs Audio v3 TTS prompts (no "
-                "<|tts|>; the original repo's ChatML template?); TTS_CHAT_TEMPLATE is used instead."
-            )
+        if chat_template is not None and "<|tts|>" not in chat_template:  # e.g. the original's ChatML (older conversions)
+            logger.warning_once("The chat template given to HiggsAudioV3Processor does not render Higgs Audio v3 TTS "
+                                "prompts (no <|tts|>; the original repo's ChatML template?); TTS_CHAT_TEMPLATE is used.")
             chat_template = None
         super().__init__(tokenizer, chat_template=chat_template or TTS_CHAT_TEMPLATE)
         # Prompts are left padded; saying so on the tokenizer also makes `pipeline(..., batch_size=n)` pad correctly.
@@ -217,16 +194,15 @@ class HiggsAudioV3Processor(ProcessorMixin):
     @classmethod
     def from_model_config(cls, tokenizer, config, **kwargs) -> "HiggsAudioV3Processor":
         """A processor with the audio settings of `config` (a `HiggsAudioV3Config`) and its codec's frame-count
-        parameters (`config.codec_config`), checked against it (`check_model_config`); `kwargs` override them."""
+        parameters, checked against it (`check_model_config`); `kwargs` are the constructor's."""
         codec = getattr(config, "codec_config", None)
         if codec is not None:
             codec = codec if isinstance(codec, dict) else codec.to_dict()
             semantic = codec["semantic_model_config"]
             kwargs.setdefault("encoded_length_kwargs", {
-                "sample_rate": codec["sample_rate"], "semantic_sample_rate": codec["semantic_sample_rate"],
-                "downsample_factor": codec["downsample_factor"], "conv_kernel": semantic["conv_kernel"],
+                **{key: codec[key] for key in ("sample_rate", "semantic_sample_rate", "downsample_factor")},
+                **{key: semantic[key] for key in ("conv_kernel", "conv_stride")},
                 "hop_length": math.prod(codec["acoustic_model_config"]["downsampling_ratios"]),
-                "conv_stride": semantic["conv_stride"],
             })
         processor = cls(tokenizer, **{"audio_spec": config.audio_spec.to_dict(), **kwargs})
         processor.check_model_config(config)
@@ -240,18 +216,17 @@ class HiggsAudioV3Processor(ProcessorMixin):
             if getattr(config, field, None) not in (None, self._token_ids[role])
         ]
         ours, theirs = self.audio_spec.to_dict(), config.audio_spec.to_dict()
-        problems += [f"processor {name}={ours[name]} but config.{name}={theirs[name]}" for name in ours if ours[name] != theirs[name]]
+        problems += [f"processor {key}={ours[key]} but config.{key}={theirs[key]}" for key in ours if ours[key] != theirs[key]]
         if problems:
             raise ValueError("The processor does not match the model config: " + "; ".join(problems) + ".")
 
     @staticmethod
     def _get_encoded_length(num_samples: int, sample_rate: int, semantic_sample_rate: int, downsample_factor: int,
                             hop_length: int, conv_kernel: Sequence[int], conv_stride: Sequence[int]) -> int:
-        """Frames the codec's `encode` returns for `num_samples` samples at `sample_rate`, without the codec (CSM's
-        `_get_encoded_length`). The semantic branch sets the count: the clip resampled to `semantic_sample_rate`, padded
-        by `downsample_factor // 2` on each side, through HuBERT's convolutions (`conv_kernel`, `conv_stride`), every
-        `hop_length / (sample_rate / semantic_sample_rate) / downsample_factor`-th frame kept. For the real codec
-        `floor((ceil(2 * N / 3) + 560) / 640)`: 25 frames for 24000 samples."""
+        """Frames the codec's `encode` returns for `num_samples` samples, without the codec (CSM's
+        `_get_encoded_length`): the semantic branch's count, the clip resampled to `semantic_sample_rate`, padded by
+        `downsample_factor // 2` on each side, through HuBERT's convolutions, every `hop_length / (sample_rate /
+        semantic_sample_rate) / downsample_factor`-th frame kept. Real codec: `floor((ceil(2 * N / 3) + 560) / 640)`."""
         keep_every = max(1, int(hop_length / (sample_rate / semantic_sample_rate) / downsample_factor))
         length = resampled_length(int(num_samples), sample_rate, semantic_sample_rate) + 2 * (downsample_factor // 2)
         for kernel, stride in zip(conv_kernel, conv_stride):
@@ -265,26 +240,22 @@ class HiggsAudioV3Processor(ProcessorMixin):
 
     @property
     def sampling_rate(self) -> int:
-        """The codec's sample rate in Hz (`audio_spec.sampling_rate`)."""
         return self.audio_spec.sampling_rate
 
     @property
     def prompt_token_ids(self) -> dict[str, int]:
-        """Ids of the prompt specials, looked up in the tokenizer: pad, tts, text, audio_start, ref_audio, ref_text."""
+        """Ids of the prompt specials (`PROMPT_TOKENS` roles), looked up in the tokenizer."""
         return dict(self._token_ids)
 
     def valid_tags(self) -> list[str]:
-        """The inline control tags the model knows (`<|emotion:*|>`, `<|style:*|>`, `<|sfx:*|>`, `<|prosody:*|>`,
-        `<|env:*|>`), in id order. Each one is a single token."""
+        """The inline control tags (`CONTROL_TAG_FAMILIES`), in id order; each one is a single token."""
         return list(self._control_tags)
 
     # ------------------------------------------------------------------ checks (the one boundary)
     def check_text(self, text, where: str = "the text") -> str:
-        """Return `text` if it can be spoken, else raise a `ValueError` naming `where`: a non-empty string whose every
-        `<|...|>` is a control tag (a misspelled tag would be read aloud; structural tokens such as `<|tts|>` are the
-        processor's), with no other special token of the tokenizer (e.g. `<tool_call>`) and no unclosed `<|`. Callers
-        that fail early (the command line, long-form speech) call it before any model work; `__call__` calls it on
-        every text and transcript."""
+        """`text` if it can be spoken, else a `ValueError` naming `where`: a non-empty string whose every `<|...|>` is a
+        control tag (not a misspelled one, read aloud, nor a structural one), with no other special token (`<tool_call>`)
+        and no unclosed `<|`. `__call__` checks every text and transcript; early callers (CLI, long-form) call it."""
         problem = self._text_problem(text, where)
         if problem:
             raise ValueError(problem)
@@ -316,8 +287,7 @@ class HiggsAudioV3Processor(ProcessorMixin):
         return None
 
     def _codes(self, codes, where: str, advice: str = REFERENCE_ADVICE, min_frames: int = 1) -> torch.LongTensor:
-        """The raw codec codes `[frames, num_codebooks]` of `where` (`delay_higgs_v3.check_codes`, values below BOC), at
-        most `MAX_REFERENCE_SECONDS` long (`audio_io_higgs_v3.check_length`, with `advice`), on the CPU."""
+        """The raw codes `[frames, num_codebooks]` of `where` (`check_codes`, below BOC; `check_length`), on the CPU."""
         spec = self.audio_spec
         codes = check_codes(codes, spec.num_codebooks, spec.audio_boc_token_id, f"the codes of {where}", min_frames)
         if codes.dim() != 2:
@@ -326,19 +296,19 @@ class HiggsAudioV3Processor(ProcessorMixin):
         check_length(where[:1].upper() + where[1:], codes.shape[0], spec.frame_rate, "frames", MAX_REFERENCE_SECONDS, advice)
         return codes.cpu()
 
-    def _voice(self, voice: HiggsAudioV3Voice, where: str) -> HiggsAudioV3Voice:
-        """A voice encoded by this model's codec (its rates)."""
+    def _voice_codes(self, voice: HiggsAudioV3Voice, where: str, advice: str = REFERENCE_ADVICE, min_frames: int = 1):
+        """The checked codes (`_codes`) of a voice encoded at this model's codec rates."""
         spec = self.audio_spec
         if (voice.sampling_rate, voice.frame_rate) != (spec.sampling_rate, spec.frame_rate):
             raise ValueError(
                 f"{where[:1].upper() + where[1:]} was encoded at {voice.sampling_rate} Hz / {voice.frame_rate} frames "
                 f"per second; this model's codec runs at {spec.sampling_rate} Hz / {spec.frame_rate}."
             )
-        return voice
+        return self._codes(voice.codes, where, advice, min_frames)
 
     def _reference(self, where: str, reference, codes, ref_text, sampling_rate, read: bool = True) -> tuple:
-        """One row's reference as (raw codes `[T, C]`, a `ReferenceClip` or None; transcript or None), every part
-        checked (`load_reference` decides what the reference is). `read=False`: a clip's form only, no audio read."""
+        """One row's (raw codes `[T, C]`, `ReferenceClip` or None; transcript or None), every part checked
+        (`load_reference` decides what the reference is; `read=False`: a clip's form only, nothing read)."""
         ref_text = None if ref_text == "" else ref_text  # the official server's `reference_text or None`
         if reference is not None and codes is not None:
             raise ValueError(f"{where[:1].upper() + where[1:]} is given twice (reference and reference_codes); pass one of "
@@ -346,10 +316,10 @@ class HiggsAudioV3Processor(ProcessorMixin):
         if reference is not None:
             reference = load_reference(reference, ref_text, sampling_rate, where, self.audio_spec.sampling_rate, read)
             ref_text = (reference.text or None) if isinstance(reference, HiggsAudioV3Voice) else ref_text
-            codes = reference if isinstance(reference, ReferenceClip) else self._voice(reference, where).codes
-        if codes is not None and not isinstance(codes, ReferenceClip):
+            codes = reference if isinstance(reference, ReferenceClip) else self._voice_codes(reference, where)
+        elif codes is not None:
             codes = self._codes(codes, where)
-        elif codes is None and ref_text is not None:
+        if codes is None and ref_text is not None:
             logger.warning_once("A reference_text without a reference voice is dropped: the transcript only helps "
                                 "together with the clip it describes.")
             ref_text = None
@@ -367,31 +337,20 @@ class HiggsAudioV3Processor(ProcessorMixin):
 
     def _requests(self, text, reference=None, reference_text=None, reference_codes=None, sampling_rate=None,
                   read: bool = True) -> tuple[list[str], list[tuple]]:
-        """The checked rows of a call: the texts to speak (a prompt as the chat template renders it is split into its
-        text and transcript) and one `_reference` per text. Every reference argument is one value for all texts or a
-        list with one entry per text."""
+        """The checked texts of a call (a prompt as the chat template renders it split into its text and transcript) and
+        one `_reference` per text."""
         texts = [text] if isinstance(text, str) else text
         if not isinstance(texts, (list, tuple)) or not texts:
             raise ValueError(f"text must be a string or a non-empty list of strings, got {text!r}.")
         size, columns = len(texts), (("reference", reference), ("reference_codes", reference_codes),
                                      ("reference_text", reference_text), ("sampling_rate", sampling_rate))
-        rows = list(zip(*(self._per_row(value, name, size) for name, value in columns)))
-        rendered = [_RENDERED.fullmatch(t) if isinstance(t, str) else None for t in texts]
-        for i, (match, (voice, codes, ref_text, _)) in enumerate(zip(rendered, rows)):
-            if match and ((match.group(2) is not None) != (voice is not None or codes is not None)
-                          or (match.group(1) is not None and ref_text is not None)):
-                raise ValueError(
-                    f"Text {i} is a rendered TTS prompt whose reference turn does not match the arguments: give a "
-                    "reference exactly when it holds <|ref_audio|>, and its transcript in <|ref_text|> or in "
-                    "reference_text, not both (processor.apply_chat_template does this from a conversation)."
-                )
-        texts = [self.check_text(m.group(3) if m else t, f"text {i}" if size > 1 else "the text")
-                 for i, (t, m) in enumerate(zip(texts, rendered))]
-        return texts, [
-            self._reference(f"the reference for text {i}" if size > 1 else "the reference", voice, codes,
-                            m.group(1) if m and m.group(1) is not None else ref_text, rate, read)
-            for i, (m, (voice, codes, ref_text, rate)) in enumerate(zip(rendered, rows))
-        ]
+        spoken, references = [], []
+        for i, (text, (voice, codes, ref_text, rate)) in enumerate(
+                zip(texts, zip(*(self._per_row(value, name, size) for name, value in columns)))):
+            text, ref_text = _rendered(i, text, voice, codes, ref_text)
+            spoken.append(self.check_text(text, f"text {i}" if size > 1 else "the text"))
+            references.append((f"the reference for text {i}" if size > 1 else "the reference", voice, codes, ref_text, rate))
+        return spoken, [self._reference(*reference, read) for reference in references]
 
     # ------------------------------------------------------------------ prompts
     def __call__(
@@ -404,47 +363,30 @@ class HiggsAudioV3Processor(ProcessorMixin):
         **kwargs: Unpack[HiggsAudioV3ProcessorKwargs],
     ) -> BatchEncoding:
         r"""
-        Build the prompts of one text or a batch (left padded with `<|endoftext|>`).
+        The prompts of one text or a batch, left padded with `<|endoftext|>` (with `audio_target`: a training batch).
 
-        Each text takes at most one reference, given as `reference` (a voice or an audio clip) or `reference_codes`
-        (raw codes `[T, num_codebooks]`), and optionally its transcript `reference_text` (kept only with a reference).
-        Every reference argument is one value for all texts or a list with one entry per text (None for none). A text
-        may also be a prompt as the chat template renders it (`<|tts|>...<|audio|>`, see `apply_chat_template`).
-
-        A clip is given to the model as CSM's processor does it: the processor prepares the waveform exactly as
-        `model.encode_reference` does (`audio_io_higgs_v3.load_reference`: mono, resampled to 24 kHz with torchaudio's
-        algorithm, padded to at least 1 s, at most 100 s), lays out as many placeholders as a voice of that clip takes
-        (`_get_encoded_length` frames plus `num_codebooks - 1`) and returns the waveform; `generate` encodes it once
-        with the model's codec, so the speech is exactly that of `reference=model.encode_reference(clip)`.
+        Each text takes at most one reference, `reference` or `reference_codes`, with an optional transcript
+        `reference_text`; each is one value for all texts or a list with one per text (None for none). A clip is handled
+        as CSM's processor handles audio: prepared as `model.encode_reference` prepares it (`load_reference`), its
+        placeholders counted (`_get_encoded_length`), its waveform returned for `generate` to encode with the codec.
 
         Args:
-            text: the text(s) to speak. Inline control tags (`processor.valid_tags()`) are allowed; any other `<|...|>`
-                raises a `ValueError`.
-            reference: voices (`HiggsAudioV3Voice` from `model.encode_reference`, of any import of this package, or the
-                path of a saved voice file, `.safetensors` / `.json`) or clips: an audio file path, an `http(s)://` URL
-                (fetched into memory with a timeout and a size limit), samples (numpy array or torch tensor, with
-                `sampling_rate`), or an audio dict `{"array": samples, "sampling_rate": rate}` (`datasets`' Audio).
-            reference_text: transcript(s) of the references.
-            reference_codes: raw codec codes `[T, num_codebooks]` of the references.
-            audio_target: training targets, one per text, as raw codec codes `[T, num_codebooks]`
-                (`model.encode_target(clip)`), a `HiggsAudioV3Voice` or the path of a saved voice file; waveforms are
-                refused (the codec is the model's). With a target the call builds training examples.
-            kwargs (`HiggsAudioV3ProcessorKwargs`): `return_tensors` ("pt", the default, "np" or None: lists, the clips'
-                waveform a numpy array), `sampling_rate` (of references given as samples; one, or one per text),
-                `padding_side` ("left", the default, or "right": training examples; prompts are always left padded).
+            text: the text(s) to speak, with inline control tags (`valid_tags()`), or rendered chat prompts.
+            reference: voices (`model.encode_reference`, of any import, or saved voice files) or clips: an audio file,
+                an `http(s)://` URL (fetched into memory, bounded), samples with `sampling_rate`, or an audio dict
+                `{"array": samples, "sampling_rate": rate}`.
+            reference_text / reference_codes: transcripts / raw codes `[T, num_codebooks]` of the references.
+            audio_target: training targets, one per text: raw codes (`model.encode_target(clip)`) or voices.
+            kwargs (`HiggsAudioV3ProcessorKwargs`): `return_tensors` ("pt"; "np"; None: lists, a clip's waveform as a
+                numpy array), `sampling_rate` of samples (one, or one per text), `padding_side` of training examples.
 
         Returns:
-            `BatchEncoding` with `input_ids` `[B, L]` (placeholders at reference positions), `attention_mask` `[B, L]`
-            (0 on left padding) and, when any text has a reference, `audio_input_ids` `[N, num_codebooks]` (the delayed
-            reference rows of all placeholders, batch-major). With clips also `reference_audio` `[S_0 + ... + S_{K-1}]`
-            (float32, the K clips' waveforms one after another in placeholder order: batches of outputs concatenate,
-            as the pipeline collates them) and `reference_audio_lengths` `[K]`; the clips' rows in `audio_input_ids`
-            hold `audio_placeholder_id` until `generate` fills them. A `BatchEncoding`, not a `BatchFeature`: the
-            text-to-speech pipeline casts only a `BatchFeature`'s floats to the model's dtype, so the waveform stays
-            float32. With `audio_target`, the training batch of `pad_training_examples` instead.
+            `BatchEncoding` with `input_ids`, `attention_mask` `[B, L]`, with references `audio_input_ids`
+            `[N, num_codebooks]` (clips' rows marked with `audio_placeholder_id`), with clips `reference_audio`
+            `[S_0 + ... + S_{K-1}]` (float32, packed in placeholder order) and `reference_audio_lengths` `[K]`. Not a
+            `BatchFeature`, whose floats the text-to-speech pipeline would cast to the model's dtype.
         """
-        unknown = sorted(set(kwargs) - _OPTIONS)
-        if unknown:
+        if unknown := sorted(set(kwargs) - _OPTIONS):
             raise TypeError(f"HiggsAudioV3Processor got unexpected keyword arguments {unknown}; the options are "
                             "return_tensors, sampling_rate and padding_side.")
         options = self._merge_kwargs(HiggsAudioV3ProcessorKwargs, **kwargs)
@@ -454,8 +396,7 @@ class HiggsAudioV3Processor(ProcessorMixin):
         if audio_target is None:
             return BatchEncoding(self._prompts(texts, references), tensor_type=return_tensors)
         # *** training examples (issue 16): the prompt followed by the target's rows, with labels ***
-        clips = [i for i, (codes, _) in enumerate(references) if isinstance(codes, ReferenceClip)]
-        if clips:
+        if clips := [i for i, (codes, _) in enumerate(references) if isinstance(codes, ReferenceClip)]:
             raise ValueError(
                 f"The reference of text {clips[0]} is an audio clip; training examples take encoded references, whose "
                 "codes stay fixed over the epochs: encode it once, voice = model.encode_reference(clip, text=...), and "
@@ -477,11 +418,10 @@ class HiggsAudioV3Processor(ProcessorMixin):
         encoded = self.tokenizer(texts + transcripts, add_special_tokens=False, split_special_tokens=False)["input_ids"]
         text_ids, transcript_ids = encoded[: len(texts)], iter(encoded[len(texts) :])
         if max(len(ids) for ids in text_ids) > LONG_PROMPT_TEXT_TOKENS:
-            logger.warning_once(
-                f"A text of more than {LONG_PROMPT_TEXT_TOKENS} tokens is spoken as one generation; the model was "
-                "trained on sentence-sized chunks and tends to run away or skip words on long ones. Use "
-                "processor.synthesize_long(model, text), which splits it into chunks and keeps the voice."
-            )
+            logger.warning_once(f"A text of more than {LONG_PROMPT_TEXT_TOKENS} tokens is spoken as one generation; the "
+                                "model was trained on sentence-sized chunks and tends to run away or skip words on long "
+                                "ones. Use processor.synthesize_long(model, text), which splits it into chunks and keeps "
+                                "the voice.")
         ids, spec = self._token_ids, self.audio_spec
         prompts, delayed_rows, clips = [], [], []
         for (codes, ref_text), spoken in zip(references, text_ids):
@@ -511,10 +451,10 @@ class HiggsAudioV3Processor(ProcessorMixin):
 
     # ------------------------------------------------------------------ training examples (teacher forcing)
     def _target(self, target, where: str) -> torch.LongTensor:
-        """A training target as raw codes `[T, num_codebooks]` with `T >= num_codebooks` (generation reads the end of
-        speech only after its delay window); audio files and waveforms are refused (the codec is the model's)."""
-        floating = (isinstance(target, torch.Tensor) and target.is_floating_point()) or (
-            isinstance(target, np.ndarray) and np.issubdtype(target.dtype, np.floating))
+        """A training target as raw codes `[T, num_codebooks]`, `T >= num_codebooks` (generation reads the end of speech
+        only after its delay window); audio files and waveforms are refused (the codec is the model's)."""
+        floating = isinstance(target, torch.Tensor) and target.is_floating_point() or (
+            isinstance(target, np.ndarray) and target.dtype.kind == "f")
         audio_file = isinstance(target, (str, os.PathLike)) and not str(target).endswith(VOICE_FILE_SUFFIXES)
         if audio_file or floating or isinstance(target, tuple):
             raise ValueError(
@@ -523,23 +463,20 @@ class HiggsAudioV3Processor(ProcessorMixin):
                 "model.encode_target(clip)`, and pass the codes; higgs_v3.training.finetune.prepare_examples does this "
                 "for a whole dataset with an on-disk cache."
             )
-        if not isinstance(target, (np.ndarray, torch.Tensor)):
-            target = self._voice(HiggsAudioV3Voice.from_any(target, where), where).codes
-        return self._codes(target, where, TARGET_ADVICE, min_frames=self.audio_spec.num_codebooks)
+        codes = isinstance(target, (np.ndarray, torch.Tensor))
+        check, target = (self._codes, target) if codes else (self._voice_codes, HiggsAudioV3Voice.from_any(target, where))
+        return check(target, where, TARGET_ADVICE, min_frames=self.audio_spec.num_codebooks)
 
     def _training_examples(self, texts: list[str], references: list[tuple], targets: list[torch.LongTensor]) -> list[dict]:
-        r"""One unpadded example per text: exactly the sequence `generate` sees, prompt then generated rows.
+        r"""One unpadded example per text (`input_ids` `[L]`, `audio_input_ids` `[N, C]`, `audio_labels` `[L, C]`):
+        exactly the sequence `generate` sees, the prompt then the target's delayed rows, which are the only labels.
 
         ```
         position   ... <|audio|>   P_0      P_1     ...  P_{R-1}       (P: placeholder, fed the target's row)
         input      prompt          row 0    row 1   ...  row R-1       (row R-1: the terminal row)
         label      -100 ... -100   row 0    row 1   ...  row R-1       (the loss scores logits at p against p + 1)
         ```
-
-        The rows are the target's delayed rows (`audio_spec.delay`: `T + num_codebooks - 1`, the terminal row last),
-        what greedy generation emits for them; every one is a label, nothing of the prompt or the reference is. Returns
-        dicts with `input_ids` `[L]`, `audio_input_ids` `[N, C]` (reference rows, then target rows) and `audio_labels`
-        `[L, C]`."""
+        """
         prompts, spec = self._prompts(texts, references), self.audio_spec
         examples = []
         for ids, mask, (ref_codes, _), target in zip(prompts["input_ids"], prompts["attention_mask"], references, targets):
@@ -554,19 +491,15 @@ class HiggsAudioV3Processor(ProcessorMixin):
         return examples
 
     def pad_training_examples(self, examples: Sequence[dict], padding_side: str = "right") -> dict[str, torch.Tensor]:
-        """Pad unpadded training examples (`input_ids` `[L_i]`, `audio_input_ids` `[N_i, C]`, `audio_labels`
-        `[L_i, C]`, tensors or lists) into a batch: `input_ids` `[B, L]` (pad id on padding), `attention_mask` `[B, L]`,
-        `position_ids` `[B, L]` (counted from each example's first token, as generation counts them),
-        `audio_input_ids` `[B, N, C]` with `audio_input_ids_mask` `[B, N]`, and `audio_labels` `[B, L, C]` (-100 on
-        padding). `padding_side` is "right" (usual for training) or "left" (as prompts are padded)."""
+        """Pad training examples (`_training_examples`, tensors or lists) into a batch on `padding_side` ("right" or
+        "left"): `input_ids`, `attention_mask`, `position_ids` (counted from each example's first token, as in
+        generation) `[B, L]`, `audio_input_ids` `[B, N, C]` with `audio_input_ids_mask` `[B, N]`, `audio_labels`
+        `[B, L, C]` (-100 on padding)."""
         if padding_side not in ("left", "right") or not examples:
             raise ValueError(f"padding_side must be 'left' or 'right', got {padding_side!r}." if examples else
                              "There are no training examples to pad (an empty batch).")
-        num_codebooks = self.audio_spec.num_codebooks
-        examples = [
-            {key: torch.as_tensor(example[key], dtype=torch.long) for key in ("input_ids", "audio_input_ids", "audio_labels")}
-            for example in examples
-        ]
+        keys, num_codebooks = ("input_ids", "audio_input_ids", "audio_labels"), self.audio_spec.num_codebooks
+        examples = [{key: torch.as_tensor(example[key], dtype=torch.long) for key in keys} for example in examples]
         length = max(e["input_ids"].shape[0] for e in examples)
         num_rows = max(e["audio_input_ids"].shape[0] for e in examples)
 
@@ -587,43 +520,13 @@ class HiggsAudioV3Processor(ProcessorMixin):
         return batch
 
     # ------------------------------------------------------------------ chat template
-    def _chat_references(self, conversation) -> tuple[bool, list, list]:
-        """(batched, the conversations to render, one reference per conversation): the layout rule checked
-        (`CHAT_LAYOUT`, one `ValueError` naming the message), each reference turn's audio item emptied (a voice's
-        transcript shown as the turn's text), the reference taken out: a voice loaded, a clip left unread."""
-        batched = isinstance(conversation, (list, tuple)) and bool(conversation) and isinstance(conversation[0], (list, tuple))
-        rendered, references = [], []
-        for i, messages in enumerate(conversation if batched else [conversation]):
-            where = f"conversation {i}" if batched else "the conversation"
-            problem, turns = _conversation_problem(messages, where)
-            if problem:
-                raise ValueError(f"{problem} {CHAT_LAYOUT}")
-            reference, (message, content, audio, transcript) = None, turns[0]
-            if audio:
-                reference = audio[0][next(key for key in ("audio", "path", "url") if audio[0].get(key) is not None)]
-                if audio[0].get("sampling_rate") is not None:  # samples with their rate (or a file's, which must agree)
-                    reference = {"array" if isinstance(reference, (np.ndarray, torch.Tensor)) else "path": reference,
-                                 "sampling_rate": audio[0]["sampling_rate"]}
-                where = f"the reference for text {i}" if batched else "the reference"
-                loaded = load_reference(reference, None, None, where, self.audio_spec.sampling_rate, read=False)
-                content = [{"type": "audio"} if item["type"] == "audio" else item for item in content]
-                if isinstance(loaded, HiggsAudioV3Voice):  # loaded once; its transcript goes into the prompt
-                    moved = bool(loaded.text and loaded.text.strip() and not transcript.strip())
-                    reference = replace(loaded, text=None) if moved else loaded
-                    content += [{"type": "text", "text": loaded.text}] if moved else []
-                turns[0] = ({**message, "content": content}, content, audio, transcript)
-            rendered.append([turn[0] for turn in turns])
-            references.append(reference)
-        return batched, rendered, references
-
     def apply_chat_template(self, conversation: list[dict] | list[list[dict]], chat_template: str | None = None,
-                            tokenize: bool = False, return_dict: bool = False, processor_kwargs: dict | None = None,
-                            **kwargs):
+                            tokenize: bool = False, return_dict: bool = False, return_tensors: str | None = "pt",
+                            processor_kwargs: dict | None = None, **kwargs):
         r"""
-        The TTS prompt of a conversation (or a batch of them), as text or as the inputs of `generate`: transformers'
-        `apply_chat_template` with the chat template (`chat_template.jinja`), the references given to `__call__`.
-
-        A conversation is an optional reference turn, then the text to speak:
+        The TTS prompt of a conversation (or a batch), rendered with the chat template by transformers' method, or with
+        `tokenize=True` exactly `processor(text, reference=..., reference_text=...)` (`return_dict=True`: the
+        `BatchEncoding`, else `input_ids`). A conversation is an optional reference turn, then the text to speak:
 
         ```python
         >>> conversation = [
@@ -632,63 +535,39 @@ class HiggsAudioV3Processor(ProcessorMixin):
         ...     {"role": "user", "content": [{"type": "text", "text": "<|emotion:elation|>Hello there!"}]},
         ... ]  # doctest: +SKIP
         >>> inputs = processor.apply_chat_template(conversation, tokenize=True, return_dict=True)  # doctest: +SKIP
-        >>> out = model.generate(**inputs, return_dict_in_generate=True)  # doctest: +SKIP
         ```
 
-        The audio item's `"path"`, `"url"` or `"audio"` is what `processor(reference=...)` takes (a file, a URL,
-        samples with the item's `"sampling_rate"`, an audio dict, a voice or a saved voice file); the turn's text is the
-        transcript (optional; a voice's own is shown when the turn has none). `tokenize=False` renders the prompt
-        (`<|ref_audio|>` standing for the reference rows; no audio is read, but everything is checked);
-        `tokenize=True` gives exactly `processor(text, reference=..., reference_text=...)`: with `return_dict=True` the
-        `BatchEncoding` that `generate` takes, else `input_ids` only. `processor_kwargs` (and `return_tensors`) go to
-        `__call__`; `add_generation_prompt` changes nothing (the prompt always ends with `<|audio|>`).
+        The audio item's `"path"`, `"url"` or `"audio"` (with `"sampling_rate"` for samples) is any `reference`; the
+        turn's text its transcript (a voice's own is shown when there is none). Rendering reads no audio but checks
+        everything. `processor_kwargs` go to `__call__`; `add_generation_prompt` changes nothing.
         """
         # *** Higgs v3 specific: the references never reach the stock method. Its tokenize=True path loads every audio
         # item with transformers.audio_utils.load_audio (soxr / torchcodec resampling, not torchaudio's algorithm, so a
         # clip would get other codes than model.encode_reference gives it; no voices or voice files; no URL bounds).
         # The audio items are taken out here (the layout checked, voices loaded, clips unread), the stock method renders
         # the rest with the template, and `__call__` tokenizes the rendered prompts with the references. ***
-        unknown = sorted(set(kwargs) - {"add_generation_prompt", "return_tensors"})
-        if unknown:
+        if unknown := sorted(set(kwargs) - {"add_generation_prompt"}):
             raise ValueError(f"apply_chat_template of a TTS processor does not take {unknown}; it takes conversation, "
                              "chat_template, tokenize, return_dict, return_tensors and processor_kwargs.")
-        options = dict(processor_kwargs or {})
-        if "return_tensors" in kwargs:
-            options["return_tensors"] = kwargs.pop("return_tensors")
-        batched, conversations, references = self._chat_references(conversation)
-        prompt = super().apply_chat_template(conversations if batched else conversations[0], chat_template=chat_template,
-                                             **kwargs)
+        batched, conversations, references = _chat_references(conversation, self.audio_spec.sampling_rate)
+        conversations, references = (conversations, references) if batched else (conversations[0], references[0])
+        prompt = super().apply_chat_template(conversations, chat_template=chat_template, **kwargs)
         if not tokenize:
-            self._requests(prompt, references if batched else references[0], read=False)  # every check, no audio read
+            self._requests(prompt, references, read=False)  # every check, no audio read
             return prompt
-        inputs = self(prompt, reference=references if batched else references[0], **options)
+        inputs = self(prompt, reference=references, **{"return_tensors": return_tensors, **(processor_kwargs or {})})
         return inputs if return_dict else inputs["input_ids"]
         # *** end Higgs v3 specific ***
 
     # ------------------------------------------------------------------ thin delegates users reach for
     def synthesize_long(self, model, text: str, **options) -> SpeechResult:
-        r"""Speak a text of any length with a stable voice: `longform_higgs_v3.synthesize_long(model, self, text,
-        **options)` (the text split into chunks, generated in batches, joined with pauses; options: `reference`,
-        `reference_text`, `max_chars`, `pause_seconds`, `batch_size`, `seed`, `max_seconds`, `progress`, and
-        generation options). Works from a Hub repo alone (the module ships as remote code with the processor).
-
-        ```python
-        >>> result = processor.synthesize_long(model, open("chapter.txt").read(), seed=0)  # doctest: +SKIP
-        >>> result.save("chapter.wav")  # doctest: +SKIP
-        ```
-        """
+        """Speak a text of any length with a stable voice: `longform_higgs_v3.synthesize_long(model, self, text,
+        **options)`, reachable from a Hub repo alone (the processor's remote code carries long-form speech)."""
         return synthesize_long(model, self, text, **options)
 
     def synthesize_dialogue(self, model, script, voices: dict | None = None, **options) -> SpeechResult:
-        r"""Speak a dialogue script (`[Name] text` lines, `DialogueLine`s or `(speaker, text)` pairs), each speaker with
-        their voice: `longform_higgs_v3.synthesize_dialogue(model, self, script, voices, **options)` (options:
-        `auto_voices`, `max_chars`, `pause_seconds`, `batch_size`, `seed`, `max_seconds`, `progress`, generation
-        options).
-
-        ```python
-        >>> result = processor.synthesize_dialogue(model, "[Ann] Hi!\n[Bob] Hello.", auto_voices=True)  # doctest: +SKIP
-        ```
-        """
+        """Speak a dialogue script, each speaker with their voice: `longform_higgs_v3.synthesize_dialogue(model, self,
+        script, voices, **options)`."""
         return synthesize_dialogue(model, self, script, voices, **options)
 
     def save_audio(self, waveform: np.ndarray | torch.Tensor, path: str | os.PathLike, sampling_rate: int | None = None):
@@ -701,14 +580,55 @@ class HiggsAudioV3Processor(ProcessorMixin):
         return HiggsAudioV3Voice.load(path)
 
     def batch_decode(self, *args, **kwargs):
-        """Not the processor's job (`ProcessorMixin` would decode audio codes as text tokens): a `ValueError` that says
-        where audio comes from."""
+        """Not the processor's job (`ProcessorMixin` would decode codes as text): a `ValueError` saying where audio is."""
         raise ValueError(
             "HiggsAudioV3Processor builds prompts and does not decode: generate(..., return_dict_in_generate=True) "
             "returns the waveforms in `.audio`, and model.decode_audio(out.sequences, out.lengths) decodes rows."
         )
 
     decode = batch_decode
+
+
+def _rendered(index: int, text, reference, codes, transcript) -> tuple:
+    """`(text, transcript)` of a prompt as the chat template renders it (`apply_chat_template` gives such prompts to
+    `__call__`), checked against its row's reference arguments; any other text as it is."""
+    match = _RENDERED.fullmatch(text) if isinstance(text, str) else None
+    if match is None:
+        return text, transcript
+    if (match.group(2) is not None) != (reference is not None or codes is not None) or None not in (match.group(1), transcript):
+        raise ValueError(f"Text {index} is a rendered TTS prompt whose reference turn does not match the arguments: give a "
+                         "reference exactly when it holds <|ref_audio|>, and its transcript in <|ref_text|> or in "
+                         "reference_text, not both (processor.apply_chat_template does this from a conversation).")
+    return match.group(3), transcript if match.group(1) is None else match.group(1)
+
+
+def _chat_references(conversation, sampling_rate: int) -> tuple[bool, list, list]:
+    """(batched, the conversations to render, one reference per conversation): the layout rule checked (one
+    `ValueError` naming the message), each reference turn's audio item emptied and its reference taken out (a voice
+    loaded, its transcript moved into the turn when the turn has none; a clip left unread)."""
+    batched = isinstance(conversation, (list, tuple)) and bool(conversation) and isinstance(conversation[0], (list, tuple))
+    rendered, references = [], []
+    for i, messages in enumerate(conversation if batched else [conversation]):
+        problem, turns = _conversation_problem(messages, f"conversation {i}" if batched else "the conversation")
+        if problem:
+            raise ValueError(f"{problem} {CHAT_LAYOUT}")
+        reference, (message, content, audio, transcript) = None, turns[0]
+        if audio:
+            reference = audio[0][next(key for key in ("audio", "path", "url") if audio[0].get(key) is not None)]
+            if audio[0].get("sampling_rate") is not None:  # samples with their rate (or a file's, which must agree)
+                reference = {"array" if isinstance(reference, (np.ndarray, torch.Tensor)) else "path": reference,
+                             "sampling_rate": audio[0]["sampling_rate"]}
+            where = f"the reference for text {i}" if batched else "the reference"
+            loaded = load_reference(reference, None, None, where, sampling_rate, read=False)
+            content = [{"type": "audio"} if item["type"] == "audio" else item for item in content]
+            if isinstance(loaded, HiggsAudioV3Voice):  # loaded once; its transcript goes into the prompt
+                moved = bool(loaded.text and loaded.text.strip() and not transcript.strip())
+                reference = replace(loaded, text=None) if moved else loaded
+                content += [{"type": "text", "text": loaded.text}] if moved else []
+            turns[0] = ({**message, "content": content}, content, audio, transcript)
+        rendered.append([turn[0] for turn in turns])
+        references.append(reference)
+    return batched, rendered, references
 
 
 def _conversation_problem(messages, where: str) -> tuple[str | None, list]:

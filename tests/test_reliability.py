@@ -291,7 +291,7 @@ VOICE_CASES: dict[str, tuple] = {
     "ragged codes (.json)": (lambda f: voice_json(f / "v.json", codes=[[0] * C, [0] * 3]), ValueError,
                              ("are not a rectangle of integers",)),
     "string codes (.json)": (lambda f: voice_json(f / "v.json", codes=[["a"] * C]), ValueError,
-                             ("are not a rectangle of integers",)),
+                             ("its 'codes' is not a list of frames",)),
     "huge integer codes (.json)": (lambda f: voice_json(f / "v.json", codes=[[10**30] * C]), ValueError,
                                    ("are not a rectangle of integers",)),
     "codes not a list (.json)": (lambda f: voice_json(f / "v.json", codes="0 0 0"), ValueError,
@@ -302,7 +302,7 @@ VOICE_CASES: dict[str, tuple] = {
                                    ("nested too deeply",)),
     "nested 50 deep in codes (.json)": (lambda f: _write("v.json", (
         '{"format": "higgs_audio_v3_voice", "version": 1, "codes": ' + "[" * 50 + "]" * 50 + "}").encode())(f),
-        ValueError, ("nested deeper than a voice record",)),
+        ValueError, ("its 'codes' is not a list of frames",)),
     "2501 frames (.safetensors header)": (lambda f: voice_safetensors(
         f / "v.safetensors", codes=torch.zeros(2501, C, dtype=torch.long)), ValueError,
         ("is 100.04 s long (2501 frames at 25 frames per second); the longest accepted is 100 s",)),
