@@ -57,7 +57,6 @@ _PCM_FULL_SCALE = {np.dtype(np.int16): 32768.0, np.dtype(np.int32): 2147483648.0
 _CHUNK_SIZE = re.compile(r"^\s*(?:data|SSND|Data Size|riff)\s*: (\d+) \(should be (\d+)\)", re.MULTILINE)
 
 
-# -------------------------------------------------------------------------------------------------- the length rule
 def length_problem(what: str, count: int, rate: float, unit: str = "samples",
                    max_seconds: float = MAX_REFERENCE_SECONDS, advice: str = REFERENCE_ADVICE) -> str | None:
     """The reference-length rule in its one wording: None if `count` samples (or frames) at `rate` per second last at
@@ -76,7 +75,6 @@ def check_length(what: str, count: int, rate: float, unit: str = "samples",
         raise ValueError(problem)
 
 
-# --------------------------------------------------------------------------------------------------- reading audio
 def _soundfile():
     if soundfile is None:
         raise ImportError("Reading and writing audio files needs the `soundfile` package: run `pip install soundfile`.")
@@ -158,15 +156,16 @@ def _read_audio(source: str | os.PathLike, max_seconds: float, advice: str) -> t
     return np.ascontiguousarray(samples.T), int(rate)
 
 
-def _samples(audio, sampling_rate) -> tuple[np.ndarray | None, str | None]:
+def _samples(audio, sampling_rate, label: str) -> tuple[np.ndarray | None, str | None]:
     """Samples in memory (`[N]`, `[C, N]`, `[N, C]`: the shorter axis is the channels, or `[1, C, N]`) as `[C, N]`
-    floats (integer PCM scaled to [-1, 1]), or why they cannot be used."""
+    floats (integer PCM scaled to [-1, 1]), or why they cannot be used (about `label`)."""
     if not isinstance(audio, (np.ndarray, torch.Tensor)):
-        return None, (f"Reference audio must be a file path, an http(s) URL, a numpy array or a torch tensor; got "
+        return None, (f"{label} must be a file path, an http(s) URL, a numpy array or a torch tensor; got "
                       f"{type(audio).__name__}")
     if sampling_rate is None:
-        return None, ("sampling_rate is required when the reference audio is an array: pass the rate of its samples in "
-                      "Hz (for files it is read from the file)")
+        return None, (f"{label} is an array of samples without its sampling rate; pass it too: sampling_rate=rate, "
+                      "{'array': samples, 'sampling_rate': rate}, or in a chat message {'type': 'audio', 'audio': "
+                      "samples, 'sampling_rate': rate}")
     if isinstance(audio, torch.Tensor):
         audio = audio.detach().cpu()
         audio = (audio.float() if audio.dtype in (torch.bfloat16, torch.float16) else audio).numpy()
@@ -175,13 +174,13 @@ def _samples(audio, sampling_rate) -> tuple[np.ndarray | None, str | None]:
         offset = 128.0 if samples.dtype == np.uint8 else 0.0
         samples = (samples.astype(np.float32) - offset) / _PCM_FULL_SCALE.get(samples.dtype, 128.0)
     elif not np.issubdtype(samples.dtype, np.floating):
-        return None, (f"Reference audio has dtype {samples.dtype}; accepted are float16/float32/float64 samples in "
-                      "[-1, 1] and integer PCM (int8, uint8, int16, int32), which is scaled to [-1, 1]")
+        return None, (f"{label} has dtype {samples.dtype}; accepted are float16/float32/float64 samples in [-1, 1] "
+                      "and integer PCM (int8, uint8, int16, int32), which is scaled to [-1, 1]")
     elif samples.dtype != np.float64:
         samples = samples.astype(np.float32)
     if samples.ndim not in (1, 2):
-        return None, ("Reference audio must be 1-D [samples] or 2-D [channels, samples] / [samples, channels]; got "
-                      f"shape {tuple(audio.shape)}")
+        return None, (f"{label} must be 1-D [samples] or 2-D [channels, samples] / [samples, channels]; got shape "
+                      f"{tuple(audio.shape)}")
     if isinstance(sampling_rate, bool) or not isinstance(sampling_rate, (int, np.integer)) or sampling_rate <= 0:
         return None, f"sampling_rate must be a positive integer number of Hz, got {sampling_rate!r}"
     if samples.ndim == 1 or samples.shape[0] > samples.shape[1]:
@@ -196,6 +195,7 @@ def prepare_reference_waveform(
     min_seconds: float = MIN_REFERENCE_SECONDS,
     max_seconds: float = MAX_REFERENCE_SECONDS,
     too_long_advice: str = REFERENCE_ADVICE,
+    where: str = "reference audio",
 ) -> torch.FloatTensor:
     """Load and check a reference clip: the mono float32 waveform `[max(N', ceil(min_seconds * target_sampling_rate))]`
     at `target_sampling_rate` that the codec encodes (`model.encode_reference`, the processor's clips).
@@ -204,7 +204,8 @@ def prepare_reference_waveform(
     (numpy or torch, `[N]`, `[channels, N]` or `[N, channels]`, integer PCM scaled) at `sampling_rate` (required for
     samples; for files it is read, and a value given must agree). Resampled as torchaudio does, padded with zeros to
     `min_seconds`; unreadable, empty, non-finite or too long clips (`check_length`, ending with `too_long_advice`) are
-    one-line refusals (`FileNotFoundError` / `IsADirectoryError` for paths, else `ValueError`).
+    one-line refusals (`FileNotFoundError` / `IsADirectoryError` for paths, else `ValueError`) naming the file or
+    `where`.
     """
     if isinstance(audio, (str, os.PathLike)):  # a file or an http(s) URL: its rate is read from it
         label = f"Reference audio {'URL' if is_audio_url(audio) else 'file'} {str(audio)!r}"
@@ -213,8 +214,8 @@ def prepare_reference_waveform(
             f"sampling_rate={sampling_rate} was given but {str(audio)!r} is sampled at {rate} Hz; leave sampling_rate "
             f"unset for {'URLs' if is_audio_url(audio) else 'files'} (it is read from the file)")
     else:
-        label, rate = "Reference audio", sampling_rate
-        samples, problem = _samples(audio, sampling_rate)
+        label, rate = where[:1].upper() + where[1:], sampling_rate
+        samples, problem = _samples(audio, sampling_rate, label)
     if problem is None and samples.size == 0:
         problem = f"{label} is empty (0 samples)"
     elif problem is None and not (finite := np.isfinite(samples)).all():
@@ -233,7 +234,6 @@ def prepare_reference_waveform(
     return torch.nn.functional.pad(waveform, (0, padding)) if padding > 0 else waveform
 
 
-# ------------------------------------------------------------------------------------------------- the front end
 @dataclass(frozen=True)
 class ReferenceClip:
     """A clip as `load_reference` prepared it: the waveform `[N]` (None with `read=False`) and its transcript."""
@@ -257,7 +257,7 @@ def load_reference(
     """The one front end for references (the processor's and long-form speech's). A voice (of any import, by its
     `voice_format` marker, or a saved voice file) comes back as this module's `HiggsAudioV3Voice` with `text` as its
     transcript (refused when it has one); a clip (`is_clip`) as a `ReferenceClip` with the waveform of
-    `prepare_reference_waveform` (`read=False`: its form checked, nothing read). Refusals name `where`."""
+    `prepare_reference_waveform` (`read=False`: files and URLs are not read). Refusals name `where`."""
     Where = where[:1].upper() + where[1:]
     if not is_clip(reference):
         if not isinstance(reference, (str, os.PathLike)) and getattr(reference, "voice_format", None) != VOICE_FORMAT:
@@ -274,21 +274,15 @@ def load_reference(
     if isinstance(reference, dict):  # a file's rate is read from it; a rate given with it must agree
         audio = reference.get("array") if reference.get("array") is not None else reference.get("path")
         rate = reference.get("sampling_rate", None if isinstance(audio, (str, os.PathLike)) else sampling_rate)
-    problem = None
     if audio is None:
-        problem = (f"{Where} is an audio dict without samples or a file (its keys: {sorted(map(str, reference))}); "
-                   "pass {'array': samples, 'sampling_rate': rate} (as datasets' Audio feature gives it) or "
-                   "{'path': file}.")
-    elif rate is None and not isinstance(audio, (str, os.PathLike)):
-        problem = (f"{Where} is an array of samples without its sampling rate; pass it too: processor(text, "
-                   "reference=samples, sampling_rate=rate), reference={'array': samples, 'sampling_rate': rate}, or in "
-                   "a chat message {'type': 'audio', 'audio': samples, 'sampling_rate': rate}.")
-    if problem:
-        raise ValueError(problem)
-    return ReferenceClip(prepare_reference_waveform(audio, rate, target_sampling_rate) if read else None, text)
+        raise ValueError(f"{Where} is an audio dict without samples or a file (its keys: {sorted(map(str, reference))}); "
+                         "pass {'array': samples, 'sampling_rate': rate} (as datasets' Audio feature gives it) or "
+                         "{'path': file}.")
+    if not read and isinstance(audio, (str, os.PathLike)):  # samples are checked (and prepared) all the same
+        return ReferenceClip(None, text)
+    return ReferenceClip(prepare_reference_waveform(audio, rate, target_sampling_rate, where=where), text)
 
 
-# ------------------------------------------------------------------------------------------------------------ output
 @contextlib.contextmanager
 def atomic_output(path: str | os.PathLike) -> Iterator[Path]:
     """THE atomic file writer: a temporary path beside `path` (hidden name, same suffix), flushed to disk and renamed
@@ -341,7 +335,6 @@ def save_audio(waveform: np.ndarray | torch.Tensor, path: str | os.PathLike,
     return path
 
 
-# ------------------------------------------------------------------------------------------------------------ voices
 VOICE_FORMAT = "higgs_audio_v3_voice"
 VOICE_FORMAT_VERSION = 1
 

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 TAG_PATTERN = re.compile(r"<\|[^<>|\n]*\|>")
 """Anything that looks like a special token (`<|...|>`, one line, no nested brackets)."""
 
-# =============================================================================================== the chunker
 DEFAULT_MAX_CHARS = 300
 
 # Closing quotes and brackets that belong to the sentence they end.
@@ -203,7 +202,6 @@ def split_text(text: str, max_chars: int = DEFAULT_MAX_CHARS) -> list[str]:
     return [chunk for chunk in chunks if chunk]
 
 
-# =============================================================================================== dialogue scripts
 _SPEAKER_LINE = re.compile(r"^\s*\[([^\[\]\n]+)\]\s*(.*)$")
 
 
@@ -218,9 +216,8 @@ class DialogueLine:
 
 def parse_dialogue(script: str | Sequence[DialogueLine] | Sequence[tuple[str, str]]) -> list[DialogueLine]:
     r"""
-    Parse a dialogue script: one `[Name] text` per line. Blank lines are skipped; a line without `[Name]` continues the
-    previous speaker's line (joined with a space). `DialogueLine`s (of any import of this module: read by their fields)
-    or `(speaker, text)` pairs are taken as they are. Anything else is one `ValueError` naming the line.
+    A dialogue script's lines: one `[Name] text` per line, blank lines skipped, a line without `[Name]` continuing the
+    previous one; `DialogueLine`s (of any import, by their fields) or `(speaker, text)` pairs as they are.
 
     >>> [(line.speaker, line.text) for line in parse_dialogue("[Ann] Hi there.\n[Bob] Hello!\nHow are you?")]
     [('Ann', 'Hi there.'), ('Bob', 'Hello! How are you?')]

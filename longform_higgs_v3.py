@@ -11,11 +11,6 @@ waveform = audio 0 + pause + audio 1 + pause + ... + audio n-1
 
 Texts are checked up front (`processor.check_text`), before any generation. Job `i` uses seed `seed + i`, and a seeded
 sequence gets the same codes alone or in any batch: the batch size does not change the result.
-
-```python
->>> result = synthesize_long(model, processor, open("chapter.txt").read(), seed=0)  # doctest: +SKIP
->>> result.save("chapter.wav"); result.real_time_factor, result.unfinished_chunks  # doctest: +SKIP
-```
 """
 
 from __future__ import annotations
@@ -57,7 +52,6 @@ DEFAULT_DIALOGUE_PAUSE_SECONDS = 0.4
 DEFAULT_BATCH_SIZE = 8
 
 
-# =============================================================================================== jobs
 @dataclass
 class SpeechJob:
     """One chunk to speak: its text, its index over the whole text or script, its voice's key (None for long text, the
@@ -92,7 +86,6 @@ def dialogue_jobs(
     return jobs
 
 
-# =============================================================================================== voices
 def resolve_voice(
     model: PreTrainedModel,
     processor: ProcessorMixin,
@@ -124,21 +117,15 @@ def _voice_from_chunk(chunk: ChunkResult, spec: HiggsAudioV3AudioSpec) -> HiggsA
     return HiggsAudioV3Voice(codes, chunk.text, sampling_rate=spec.sampling_rate, frame_rate=spec.frame_rate)
 
 
-# =============================================================================================== progress
 class SpeechProgress:
     """A tqdm display across `generate` calls (stderr by default): seconds of audio so far and the real-time factor.
     `streamer()` is one call's `streamer=`, counting complete frames; the display refreshes every `refresh_seconds`."""
 
     def __init__(self, spec: HiggsAudioV3AudioSpec, total_chunks: int, enabled: bool = True, file=None,
                  refresh_seconds: float = 0.2):
-        self.spec = spec
-        self.total_chunks = total_chunks
-        self.refresh_seconds = refresh_seconds
-        self.chunks_done = 0
-        self.done_frames = 0  # frames of the finished generate calls
-        self.start_time = time.perf_counter()
-        self._last_refresh = 0.0
-        self.bar = None
+        self.spec, self.total_chunks, self.refresh_seconds = spec, total_chunks, refresh_seconds
+        self.chunks_done, self.done_frames = 0, 0  # of the finished generate calls
+        self.start_time, self._last_refresh, self.bar = time.perf_counter(), 0.0, None
         if enabled and tqdm is not None:
             self.bar = tqdm(total=None, file=file if file is not None else sys.stderr, desc="speaking: ",
                             bar_format="{desc}{n:.1f} s of audio [{elapsed}{postfix}]", dynamic_ncols=True, leave=True)
@@ -186,7 +173,6 @@ class _ProgressStreamer(HiggsAudioV3RowTracker):
             self.progress.show(self.progress.done_frames + self.frames())
 
 
-# =============================================================================================== results
 @dataclass
 class ChunkResult:
     """One generated chunk: its text, raw codes `[frames, num_codebooks]`, waveform `[frames * samples_per_frame]`
@@ -300,7 +286,6 @@ def _join(chunks: Sequence[ChunkResult], pause_seconds: float, sampling_rate: in
     return torch.cat(parts)
 
 
-# =============================================================================================== the synthesis core
 def rows_for_max_seconds(
     max_seconds: float,
     spec: HiggsAudioV3AudioSpec,
@@ -383,16 +368,9 @@ class _Synthesizer:
         finally:
             if display:
                 display.close()
-        ordered = [chunks[job.index] for job in jobs]
-        return SpeechResult(
-            waveform=_join(ordered, self.pause_seconds, self.spec.sampling_rate),
-            sampling_rate=self.spec.sampling_rate,
-            chunks=ordered,
-            pause_seconds=self.pause_seconds,
-            generation_seconds=self.generation_seconds,
-            max_new_tokens=self.max_new_tokens,
-            voices=voices,
-        )
+        ordered, rate = [chunks[job.index] for job in jobs], self.spec.sampling_rate
+        return SpeechResult(_join(ordered, self.pause_seconds, rate), rate, ordered, self.pause_seconds,
+                            self.generation_seconds, self.max_new_tokens, voices)
 
     def _run(self, jobs: list[SpeechJob], voices: dict, display: SpeechProgress | None) -> dict[int, ChunkResult]:
         """One `generate` call per `batch_size` jobs; the chunks by job index."""
@@ -420,7 +398,6 @@ class _Synthesizer:
         return chunks
 
 
-# =============================================================================================== the entry points
 def synthesize_long(
     model: PreTrainedModel,
     processor: ProcessorMixin,

@@ -1,5 +1,6 @@
 # Copyright 2026 the higgs-v3 authors. Licensed under the Apache License, Version 2.0.
-r"""Prompt building for Higgs Audio v3 TTS: `HiggsAudioV3Processor`, the one place where text and references are checked.
+r"""Prompt building for Higgs Audio v3 TTS: `HiggsAudioV3Processor`, the one place where text and references are
+checked.
 
 The three layouts of the original (no bos, no ChatML), which the chat template renders too:
 
@@ -9,12 +10,10 @@ clone, no transcript:   <|tts|> <|ref_audio|> [P]*L <|text|> TEXT <|audio|>
 clone with transcript:  <|tts|> <|ref_text|> REF_TEXT <|ref_audio|> [P]*L <|text|> TEXT <|audio|>
 ```
 
-`[P]` is the placeholder id (-100), `L = T_ref + num_codebooks - 1` the reference's rows after the delay pattern, which
-go to `audio_input_ids` (`[N, num_codebooks]`, every placeholder of the batch in order). The processor prepares inputs
-and nothing else: audio <-> codes is the model's (CSM's split). A clip reference is prepared with the model's own front
-end (`load_reference`), its frames counted with a pure function of the codec's frame-count parameters
-(`_get_encoded_length`, saved in `processor_config.json`), and its rows hold the placeholder id until `generate`
-encodes the clip (`reference_audio`).
+`[P]` is the placeholder id (-100), `L = T_ref + num_codebooks - 1` the reference's delayed rows, which go to
+`audio_input_ids`. Audio <-> codes is the model's (CSM's split): a clip's frames are counted with a pure function of
+the codec's frame-count parameters (`_get_encoded_length`, saved in `processor_config.json`), its rows hold the
+placeholder id, and `generate` encodes its waveform (`reference_audio`).
 """
 
 import difflib
@@ -56,31 +55,21 @@ from .streaming_higgs_v3 import HiggsAudioV3RowTracker  # noqa: F401
 
 logger = logging.get_logger(__name__)
 
-PROMPT_TOKENS: dict[str, tuple[str, str]] = {
-    "pad": ("<|endoftext|>", "pad_token_id"),
-    "tts": ("<|tts|>", "tts_token_id"),
-    "text": ("<|text|>", "text_token_id"),
-    "audio_start": ("<|audio|>", "audio_start_token_id"),
-    "ref_audio": ("<|ref_audio|>", "ref_audio_token_id"),
+PROMPT_TOKENS: dict[str, tuple[str, str]] = {  # role -> (token, the config field its id must agree with)
+    "pad": ("<|endoftext|>", "pad_token_id"), "tts": ("<|tts|>", "tts_token_id"), "text": ("<|text|>", "text_token_id"),
+    "audio_start": ("<|audio|>", "audio_start_token_id"), "ref_audio": ("<|ref_audio|>", "ref_audio_token_id"),
     "ref_text": ("<|ref_text|>", "ref_text_token_id"),
 }
-"""The prompt specials: role -> (token string, the config field its id must agree with); ids come from the tokenizer."""
 
-CONTROL_TAG_FAMILIES: tuple[str, ...] = ("emotion", "style", "sfx", "prosody", "env")
-"""Added tokens `<|family:name|>` of these families are inline control tags; every other `<|...|>` one is structural."""
+CONTROL_TAG_FAMILIES = ("emotion", "style", "sfx", "prosody", "env")  # `<|family:name|>` tags; other `<|...|>`s are
+# structural
 
-REAL_ENCODED_LENGTH_KWARGS: dict = {
-    "sample_rate": 24000,
-    "semantic_sample_rate": 16000,
-    "downsample_factor": 320,
-    "hop_length": 960,
-    "conv_kernel": [10, 3, 3, 3, 3, 2, 2],
-    "conv_stride": [5, 2, 2, 2, 2, 2, 2],
+REAL_ENCODED_LENGTH_KWARGS: dict = {  # the real codec's frame-count parameters (`_get_encoded_length`), the default
+    "sample_rate": 24000, "semantic_sample_rate": 16000, "downsample_factor": 320, "hop_length": 960,
+    "conv_kernel": [10, 3, 3, 3, 3, 2, 2], "conv_stride": [5, 2, 2, 2, 2, 2, 2],
 }
-"""The real codec's frame-count parameters (`_get_encoded_length`): a processor's default `encoded_length_kwargs`."""
 
-LONG_PROMPT_TEXT_TOKENS: int = 1024
-"""A longer text (in tokens) is spoken as one generation with a warning that points to `synthesize_long`."""
+LONG_PROMPT_TEXT_TOKENS: int = 1024  # a longer text is spoken as one generation, with a warning
 
 TTS_CHAT_TEMPLATE: str = (
     "{#- Higgs Audio v3 TTS prompt (no ChatML, no system prompt): an optional reference turn (an audio item plus its "
@@ -110,9 +99,8 @@ CHAT_LAYOUT = (
 REFERENCE_CLIP_KEYS: tuple[str, ...] = ("reference_audio", "reference_audio_lengths")  # clips, encoded by `generate`
 
 _TAG_START = re.compile(r"<\|[^\s<>|]*")  # an opening `<|` and what follows it up to a space or bracket
-_RENDERED = re.compile("{tts}(?:{ref_text}(.*?))?({ref_audio})?{text}(.*){audio_start}".format(
+_RENDERED = re.compile("{tts}(?:{ref_text}(.*?))?({ref_audio})?{text}(.*){audio_start}".format(  # a rendered prompt
     **{role: re.escape(token) for role, (token, _) in PROMPT_TOKENS.items()}), re.DOTALL)
-"""A prompt as `TTS_CHAT_TEMPLATE` renders it: (transcript, the reference mark, text to speak)."""
 
 
 class HiggsAudioV3TextKwargs(TypedDict, total=False):
@@ -121,13 +109,12 @@ class HiggsAudioV3TextKwargs(TypedDict, total=False):
 
 
 class HiggsAudioV3AudioKwargs(TypedDict, total=False):
-    sampling_rate: int | Sequence[int | None] | None  # the rate in Hz of references given as samples (one, or one per text)
+    sampling_rate: int | Sequence[int | None] | None  # the rate of references given as samples (one, or one per text)
     return_tensors: str | None
 
 
 class HiggsAudioV3ProcessorKwargs(ProcessingKwargs, total=False):
-    """The call options of `HiggsAudioV3Processor`, with their defaults (merged by `ProcessorMixin._merge_kwargs`)."""
-
+    """The call options of `HiggsAudioV3Processor` with their defaults, merged by `ProcessorMixin._merge_kwargs`."""
     text_kwargs: HiggsAudioV3TextKwargs
     audio_kwargs: HiggsAudioV3AudioKwargs
     _defaults = {"text_kwargs": {"padding_side": "left"}, "common_kwargs": {"return_tensors": "pt"}}
@@ -139,19 +126,16 @@ _OPTIONS = {*HiggsAudioV3TextKwargs.__annotations__, *HiggsAudioV3AudioKwargs.__
 
 class HiggsAudioV3Processor(ProcessorMixin):
     r"""
-    Builds Higgs Audio v3 TTS prompts: left-padded batches, each row with its own reference or none, every text,
-    transcript and reference checked so that nothing invalid reaches the model.
+    Builds Higgs Audio v3 TTS prompts (left-padded batches, a reference or none per row) and checks every text,
+    transcript and reference, so that nothing invalid reaches the model. `pipeline("text-to-speech", model=repo,
+    trust_remote_code=True)` calls it with texts (its options in `preprocess_params`) or chats (`apply_chat_template`).
 
     Args:
         tokenizer: the Higgs Audio v3 tokenizer (Qwen2 byte-level BPE plus the 84 added tokens), padded on the left.
-        chat_template: the template `apply_chat_template` renders with (default `TTS_CHAT_TEMPLATE`, which also
-            replaces, with a warning, a template that renders no TTS prompt such as the original's ChatML).
-        audio_spec (`dict`, *optional*): the `HiggsAudioV3AudioSpec` fields; defaults to the real model's.
-        encoded_length_kwargs (`dict`, *optional*): the codec's frame-count parameters (`_get_encoded_length`);
-            defaults to the real codec's. Both are saved; `from_model_config` takes them from a model config.
-
-    `pipeline("text-to-speech", model=repo, trust_remote_code=True)` calls it with texts (its options in
-    `preprocess_params`) or chats (`apply_chat_template`).
+        chat_template: defaults to `TTS_CHAT_TEMPLATE` (which also replaces, with a warning, the original's ChatML).
+        audio_spec (`dict`, *optional*): the `HiggsAudioV3AudioSpec` fields; encoded_length_kwargs (`dict`,
+            *optional*): the codec's frame-count parameters. Both default to the real model's and are saved;
+            `from_model_config` takes them from a model config.
 
     ```python
     >>> inputs = processor(["Hello there.", "<|emotion:anger|>Get out!"], reference=[voice, None])  # doctest: +SKIP
@@ -165,9 +149,9 @@ class HiggsAudioV3Processor(ProcessorMixin):
 
     def __init__(self, tokenizer, chat_template: str | None = None, audio_spec: dict | None = None,
                  encoded_length_kwargs: dict | None = None):
-        if chat_template is not None and "<|tts|>" not in chat_template:  # e.g. the original's ChatML (older conversions)
+        if chat_template is not None and "<|tts|>" not in chat_template:  # the original's ChatML (older conversions)
             logger.warning_once("The chat template given to HiggsAudioV3Processor does not render Higgs Audio v3 TTS "
-                                "prompts (no <|tts|>; the original repo's ChatML template?); TTS_CHAT_TEMPLATE is used.")
+                                "prompts (no <|tts|>; the original repo's ChatML?); TTS_CHAT_TEMPLATE is used.")
             chat_template = None
         super().__init__(tokenizer, chat_template=chat_template or TTS_CHAT_TEMPLATE)
         # Prompts are left padded; saying so on the tokenizer also makes `pipeline(..., batch_size=n)` pad correctly.
@@ -216,7 +200,8 @@ class HiggsAudioV3Processor(ProcessorMixin):
             if getattr(config, field, None) not in (None, self._token_ids[role])
         ]
         ours, theirs = self.audio_spec.to_dict(), config.audio_spec.to_dict()
-        problems += [f"processor {key}={ours[key]} but config.{key}={theirs[key]}" for key in ours if ours[key] != theirs[key]]
+        problems += [f"processor {key}={value} but config.{key}={theirs[key]}"
+                     for key, value in ours.items() if value != theirs[key]]
         if problems:
             raise ValueError("The processor does not match the model config: " + "; ".join(problems) + ".")
 
@@ -233,7 +218,6 @@ class HiggsAudioV3Processor(ProcessorMixin):
             length = (length - kernel) // stride + 1  # HuBERT frames after each convolution
         return max(0, math.ceil(length / keep_every))
 
-    # ------------------------------------------------------------------ properties
     @property
     def model_input_names(self) -> list[str]:
         return ["input_ids", "attention_mask", "audio_input_ids", *REFERENCE_CLIP_KEYS]
@@ -251,18 +235,18 @@ class HiggsAudioV3Processor(ProcessorMixin):
         """The inline control tags (`CONTROL_TAG_FAMILIES`), in id order; each one is a single token."""
         return list(self._control_tags)
 
-    # ------------------------------------------------------------------ checks (the one boundary)
     def check_text(self, text, where: str = "the text") -> str:
         """`text` if it can be spoken, else a `ValueError` naming `where`: a non-empty string whose every `<|...|>` is a
-        control tag (not a misspelled one, read aloud, nor a structural one), with no other special token (`<tool_call>`)
-        and no unclosed `<|`. `__call__` checks every text and transcript; early callers (CLI, long-form) call it."""
+        control tag (not a misspelled one, read aloud, nor a structural one), with no other special token (e.g.
+        `<tool_call>`) and no unclosed `<|`. `__call__` checks every text and transcript; early callers call it too."""
         problem = self._text_problem(text, where)
         if problem:
             raise ValueError(problem)
         return text
 
     def _text_problem(self, text, where: str) -> str | None:
-        Where, valid = where[:1].upper() + where[1:], "processor.valid_tags() (or `higgs-v3 tags`) lists"
+        Where, tags = where[:1].upper() + where[1:], self._control_tags
+        valid = "processor.valid_tags() (or `higgs-v3 tags`) lists"
         if not isinstance(text, str):
             return f"{Where} must be a string, got {type(text).__name__}."
         if not text.strip():
@@ -271,16 +255,18 @@ class HiggsAudioV3Processor(ProcessorMixin):
             if tag in self._structural_tokens:
                 return (f"{tag!r} in {where} is a structural prompt token, which the processor places itself; remove "
                         f"it. {valid} the control tags.")
-            if tag not in self._control_tags:
-                close = difflib.get_close_matches(tag, self._control_tags, n=3, cutoff=0.6)
-                hint = ("Closest valid tags: " + ", ".join(map(repr, close))) if close else "No valid tag is close to it"
-                return f"Unknown control tag {tag!r} in {where}; it would be read aloud. {hint}. {valid} all {len(self._control_tags)}."
+            if tag not in tags:
+                close = difflib.get_close_matches(tag, tags, n=3, cutoff=0.6)
+                hint = "Closest valid tags: " + ", ".join(map(repr, close)) if close else "No valid tag is close to it"
+                return (f"Unknown control tag {tag!r} in {where}; it would be read aloud. {hint}. {valid} all "
+                        f"{len(tags)}.")
         if self._reserved_pattern is not None and (match := self._reserved_pattern.search(text)):
-            return (f"{match.group(0)!r} in {where} is a special token of the tokenizer, not speech or a control tag; it "
-                    "would reach the prompt as a special token. Remove it (processor.valid_tags() lists the control tags).")
+            return (f"{match.group(0)!r} in {where} is a special token of the tokenizer, not speech or a control tag; "
+                    "it would reach the prompt as a special token. Remove it (processor.valid_tags() lists the control "
+                    "tags).")
         tag_starts = {match.start() for match in TAG_PATTERN.finditer(text)}
         for fragment in (m.group(0) for m in _TAG_START.finditer(text) if m.start() not in tag_starts):
-            close = difflib.get_close_matches(fragment + "|>", self._control_tags, n=1, cutoff=0.5) if len(fragment) > 2 else []
+            close = difflib.get_close_matches(fragment + "|>", tags, n=1, cutoff=0.5) if len(fragment) > 2 else []
             hint = f"did you mean {close[0]!r}?" if close else "control tags look like '<|emotion:anger|>'."
             return (f"{fragment!r} in {where} opens a tag that is never closed with '|>', so it would be read aloud; "
                     f"{hint} {valid} the control tags.")
@@ -288,12 +274,12 @@ class HiggsAudioV3Processor(ProcessorMixin):
 
     def _codes(self, codes, where: str, advice: str = REFERENCE_ADVICE, min_frames: int = 1) -> torch.LongTensor:
         """The raw codes `[frames, num_codebooks]` of `where` (`check_codes`, below BOC; `check_length`), on the CPU."""
-        spec = self.audio_spec
+        spec, Where = self.audio_spec, where[:1].upper() + where[1:]
         codes = check_codes(codes, spec.num_codebooks, spec.audio_boc_token_id, f"the codes of {where}", min_frames)
         if codes.dim() != 2:
-            raise ValueError(f"The codes of {where} must be raw codec codes [frames, {spec.num_codebooks}] of one clip, "
-                             f"got shape {tuple(codes.shape)}.")
-        check_length(where[:1].upper() + where[1:], codes.shape[0], spec.frame_rate, "frames", MAX_REFERENCE_SECONDS, advice)
+            raise ValueError(f"The codes of {where} must be raw codec codes [frames, {spec.num_codebooks}] of one "
+                             f"clip, got shape {tuple(codes.shape)}.")
+        check_length(Where, codes.shape[0], spec.frame_rate, "frames", MAX_REFERENCE_SECONDS, advice)
         return codes.cpu()
 
     def _voice_codes(self, voice: HiggsAudioV3Voice, where: str, advice: str = REFERENCE_ADVICE, min_frames: int = 1):
@@ -311,8 +297,8 @@ class HiggsAudioV3Processor(ProcessorMixin):
         (`load_reference` decides what the reference is; `read=False`: a clip's form only, nothing read)."""
         ref_text = None if ref_text == "" else ref_text  # the official server's `reference_text or None`
         if reference is not None and codes is not None:
-            raise ValueError(f"{where[:1].upper() + where[1:]} is given twice (reference and reference_codes); pass one of "
-                             "them.")
+            raise ValueError(f"{where[:1].upper() + where[1:]} is given twice (reference and reference_codes); pass "
+                             "one of them.")
         if reference is not None:
             reference = load_reference(reference, ref_text, sampling_rate, where, self.audio_spec.sampling_rate, read)
             ref_text = (reference.text or None) if isinstance(reference, HiggsAudioV3Voice) else ref_text
@@ -349,10 +335,10 @@ class HiggsAudioV3Processor(ProcessorMixin):
                 zip(texts, zip(*(self._per_row(value, name, size) for name, value in columns)))):
             text, ref_text = _rendered(i, text, voice, codes, ref_text)
             spoken.append(self.check_text(text, f"text {i}" if size > 1 else "the text"))
-            references.append((f"the reference for text {i}" if size > 1 else "the reference", voice, codes, ref_text, rate))
+            where = f"the reference for text {i}" if size > 1 else "the reference"
+            references.append((where, voice, codes, ref_text, rate))
         return spoken, [self._reference(*reference, read) for reference in references]
 
-    # ------------------------------------------------------------------ prompts
     def __call__(
         self,
         text: str | list[str],
@@ -363,12 +349,10 @@ class HiggsAudioV3Processor(ProcessorMixin):
         **kwargs: Unpack[HiggsAudioV3ProcessorKwargs],
     ) -> BatchEncoding:
         r"""
-        The prompts of one text or a batch, left padded with `<|endoftext|>` (with `audio_target`: a training batch).
-
-        Each text takes at most one reference, `reference` or `reference_codes`, with an optional transcript
-        `reference_text`; each is one value for all texts or a list with one per text (None for none). A clip is handled
-        as CSM's processor handles audio: prepared as `model.encode_reference` prepares it (`load_reference`), its
-        placeholders counted (`_get_encoded_length`), its waveform returned for `generate` to encode with the codec.
+        The prompts of one text or a batch, left padded (with `audio_target`: a training batch). Each text takes at most
+        one reference with an optional transcript, each argument one value for all texts or one per text (None for
+        none). A clip is handled as CSM's processor handles audio: prepared as `model.encode_reference` prepares it, its
+        placeholders counted (`_get_encoded_length`), its waveform returned for `generate` to encode.
 
         Args:
             text: the text(s) to speak, with inline control tags (`valid_tags()`), or rendered chat prompts.
@@ -418,15 +402,16 @@ class HiggsAudioV3Processor(ProcessorMixin):
         encoded = self.tokenizer(texts + transcripts, add_special_tokens=False, split_special_tokens=False)["input_ids"]
         text_ids, transcript_ids = encoded[: len(texts)], iter(encoded[len(texts) :])
         if max(len(ids) for ids in text_ids) > LONG_PROMPT_TEXT_TOKENS:
-            logger.warning_once(f"A text of more than {LONG_PROMPT_TEXT_TOKENS} tokens is spoken as one generation; the "
-                                "model was trained on sentence-sized chunks and tends to run away or skip words on long "
-                                "ones. Use processor.synthesize_long(model, text), which splits it into chunks and keeps "
-                                "the voice.")
+            logger.warning_once(
+                f"A text of more than {LONG_PROMPT_TEXT_TOKENS} tokens is spoken as one generation; the model was "
+                "trained on sentence-sized chunks and tends to run away or skip words on long ones. Use "
+                "processor.synthesize_long(model, text), which splits it into chunks and keeps the voice."
+            )
         ids, spec = self._token_ids, self.audio_spec
         prompts, delayed_rows, clips = [], [], []
         for (codes, ref_text), spoken in zip(references, text_ids):
             prompt = [ids["tts"]]
-            if isinstance(codes, ReferenceClip):  # the clip's rows, marked with the placeholder id: `generate` fills them
+            if isinstance(codes, ReferenceClip):  # the clip's rows hold the placeholder id until `generate` fills them
                 frames = self._get_encoded_length(codes.waveform.shape[0], **self.encoded_length_kwargs)
                 delayed_rows.append(torch.full((spec.rows(frames), spec.num_codebooks), spec.audio_placeholder_id))
                 clips.append(codes.waveform)
@@ -449,7 +434,6 @@ class HiggsAudioV3Processor(ProcessorMixin):
             data["reference_audio_lengths"] = [clip.shape[0] for clip in clips]  # [K]
         return data
 
-    # ------------------------------------------------------------------ training examples (teacher forcing)
     def _target(self, target, where: str) -> torch.LongTensor:
         """A training target as raw codes `[T, num_codebooks]`, `T >= num_codebooks` (generation reads the end of speech
         only after its delay window); audio files and waveforms are refused (the codec is the model's)."""
@@ -457,17 +441,18 @@ class HiggsAudioV3Processor(ProcessorMixin):
             isinstance(target, np.ndarray) and target.dtype.kind == "f")
         audio_file = isinstance(target, (str, os.PathLike)) and not str(target).endswith(VOICE_FILE_SUFFIXES)
         if audio_file or floating or isinstance(target, tuple):
+            what = f"{str(target)!r}, an audio file" if audio_file else "a waveform"
             raise ValueError(
-                f"{where[:1].upper() + where[1:]} is {repr(str(target)) + ', an audio file' if audio_file else 'a waveform'}"
-                ": the processor does not run the codec (the model owns it). Encode it first, `codes = "
-                "model.encode_target(clip)`, and pass the codes; higgs_v3.training.finetune.prepare_examples does this "
-                "for a whole dataset with an on-disk cache."
+                f"{where[:1].upper() + where[1:]} is {what}: the processor does not run the codec (the model owns "
+                "it). Encode it first, `codes = model.encode_target(clip)`, and pass the codes; "
+                "higgs_v3.training.finetune.prepare_examples does this for a whole dataset with an on-disk cache."
             )
-        codes = isinstance(target, (np.ndarray, torch.Tensor))
-        check, target = (self._codes, target) if codes else (self._voice_codes, HiggsAudioV3Voice.from_any(target, where))
-        return check(target, where, TARGET_ADVICE, min_frames=self.audio_spec.num_codebooks)
+        if isinstance(target, (np.ndarray, torch.Tensor)):
+            return self._codes(target, where, TARGET_ADVICE, min_frames=self.audio_spec.num_codebooks)
+        voice = HiggsAudioV3Voice.from_any(target, where)
+        return self._voice_codes(voice, where, TARGET_ADVICE, min_frames=self.audio_spec.num_codebooks)
 
-    def _training_examples(self, texts: list[str], references: list[tuple], targets: list[torch.LongTensor]) -> list[dict]:
+    def _training_examples(self, texts: list[str], references: list[tuple], targets: list) -> list[dict]:
         r"""One unpadded example per text (`input_ids` `[L]`, `audio_input_ids` `[N, C]`, `audio_labels` `[L, C]`):
         exactly the sequence `generate` sees, the prompt then the target's delayed rows, which are the only labels.
 
@@ -479,14 +464,15 @@ class HiggsAudioV3Processor(ProcessorMixin):
         """
         prompts, spec = self._prompts(texts, references), self.audio_spec
         examples = []
-        for ids, mask, (ref_codes, _), target in zip(prompts["input_ids"], prompts["attention_mask"], references, targets):
+        for ids, mask, (ref_codes, _), target in zip(prompts["input_ids"], prompts["attention_mask"], references,
+                                                     targets):
             prompt = torch.tensor(ids, dtype=torch.long)[torch.tensor(mask, dtype=torch.bool)]  # [P], unpadded
             rows = spec.delay(target)  # [R, C]
             refs = spec.delay(ref_codes) if ref_codes is not None else rows.new_zeros(0, spec.num_codebooks)
             examples.append({
                 "input_ids": torch.cat([prompt, torch.full((rows.shape[0],), spec.audio_placeholder_id)]),  # [P + R]
                 "audio_input_ids": torch.cat([refs, rows]),  # [N_ref + R, C]
-                "audio_labels": torch.cat([torch.full((prompt.shape[0], spec.num_codebooks), -100), rows]),  # [P + R, C]
+                "audio_labels": torch.cat([torch.full((len(prompt), spec.num_codebooks), -100), rows]),  # [P + R, C]
             })
         return examples
 
@@ -510,7 +496,8 @@ class HiggsAudioV3Processor(ProcessorMixin):
         batch = {
             "input_ids": torch.stack([pad(e["input_ids"], length, self._token_ids["pad"]) for e in examples]),
             "attention_mask": torch.stack([pad(torch.ones_like(e["input_ids"]), length, 0) for e in examples]),
-            "audio_labels": torch.stack([pad(e["audio_labels"].view(-1, num_codebooks), length, -100) for e in examples]),
+            "audio_labels": torch.stack([pad(e["audio_labels"].view(-1, num_codebooks), length, -100)
+                                         for e in examples]),
         }
         batch["position_ids"] = (batch["attention_mask"].cumsum(-1) - 1).clamp(min=0)
         rows = [e["audio_input_ids"].view(-1, num_codebooks) for e in examples]
@@ -519,14 +506,13 @@ class HiggsAudioV3Processor(ProcessorMixin):
         batch["audio_input_ids_mask"] = torch.stack([(torch.arange(num_rows) < r.shape[0]).long() for r in rows])
         return batch
 
-    # ------------------------------------------------------------------ chat template
     def apply_chat_template(self, conversation: list[dict] | list[list[dict]], chat_template: str | None = None,
                             tokenize: bool = False, return_dict: bool = False, return_tensors: str | None = "pt",
                             processor_kwargs: dict | None = None, **kwargs):
         r"""
-        The TTS prompt of a conversation (or a batch), rendered with the chat template by transformers' method, or with
-        `tokenize=True` exactly `processor(text, reference=..., reference_text=...)` (`return_dict=True`: the
-        `BatchEncoding`, else `input_ids`). A conversation is an optional reference turn, then the text to speak:
+        The TTS prompt of a conversation (or a batch) rendered by transformers' method with the chat template, or with
+        `tokenize=True` exactly `processor(text, reference=..., reference_text=...)` (the `BatchEncoding` with
+        `return_dict=True`, else `input_ids`). A conversation is an optional reference turn, then the text to speak:
 
         ```python
         >>> conversation = [
@@ -534,10 +520,9 @@ class HiggsAudioV3Processor(ProcessorMixin):
         ...                                  {"type": "text", "text": "What I say in the clip."}]},
         ...     {"role": "user", "content": [{"type": "text", "text": "<|emotion:elation|>Hello there!"}]},
         ... ]  # doctest: +SKIP
-        >>> inputs = processor.apply_chat_template(conversation, tokenize=True, return_dict=True)  # doctest: +SKIP
         ```
 
-        The audio item's `"path"`, `"url"` or `"audio"` (with `"sampling_rate"` for samples) is any `reference`; the
+        The audio item's `"path"`, `"url"` or `"audio"` (with `"sampling_rate"` for samples) is any `reference`, the
         turn's text its transcript (a voice's own is shown when there is none). Rendering reads no audio but checks
         everything. `processor_kwargs` go to `__call__`; `add_generation_prompt` changes nothing.
         """
@@ -559,7 +544,6 @@ class HiggsAudioV3Processor(ProcessorMixin):
         return inputs if return_dict else inputs["input_ids"]
         # *** end Higgs v3 specific ***
 
-    # ------------------------------------------------------------------ thin delegates users reach for
     def synthesize_long(self, model, text: str, **options) -> SpeechResult:
         """Speak a text of any length with a stable voice: `longform_higgs_v3.synthesize_long(model, self, text,
         **options)`, reachable from a Hub repo alone (the processor's remote code carries long-form speech)."""
@@ -570,7 +554,7 @@ class HiggsAudioV3Processor(ProcessorMixin):
         script, voices, **options)`."""
         return synthesize_dialogue(model, self, script, voices, **options)
 
-    def save_audio(self, waveform: np.ndarray | torch.Tensor, path: str | os.PathLike, sampling_rate: int | None = None):
+    def save_audio(self, waveform, path: str | os.PathLike, sampling_rate: int | None = None):
         """Write a mono waveform to `path` (format from the extension) at `sampling_rate` (default: the codec's)."""
         return save_audio(waveform, path, sampling_rate=sampling_rate or self.audio_spec.sampling_rate)
 
@@ -580,7 +564,7 @@ class HiggsAudioV3Processor(ProcessorMixin):
         return HiggsAudioV3Voice.load(path)
 
     def batch_decode(self, *args, **kwargs):
-        """Not the processor's job (`ProcessorMixin` would decode codes as text): a `ValueError` saying where audio is."""
+        """Not the processor's job (`ProcessorMixin` would decode codes as text): a `ValueError` saying so."""
         raise ValueError(
             "HiggsAudioV3Processor builds prompts and does not decode: generate(..., return_dict_in_generate=True) "
             "returns the waveforms in `.audio`, and model.decode_audio(out.sequences, out.lengths) decodes rows."
@@ -595,10 +579,11 @@ def _rendered(index: int, text, reference, codes, transcript) -> tuple:
     match = _RENDERED.fullmatch(text) if isinstance(text, str) else None
     if match is None:
         return text, transcript
-    if (match.group(2) is not None) != (reference is not None or codes is not None) or None not in (match.group(1), transcript):
-        raise ValueError(f"Text {index} is a rendered TTS prompt whose reference turn does not match the arguments: give a "
-                         "reference exactly when it holds <|ref_audio|>, and its transcript in <|ref_text|> or in "
-                         "reference_text, not both (processor.apply_chat_template does this from a conversation).")
+    referenced = reference is not None or codes is not None
+    if (match.group(2) is not None) != referenced or None not in (match.group(1), transcript):
+        raise ValueError(f"Text {index} is a rendered TTS prompt whose reference turn does not match the arguments: "
+                         "give a reference exactly when it holds <|ref_audio|>, and its transcript in <|ref_text|> or "
+                         "in reference_text, not both (processor.apply_chat_template does this from a conversation).")
     return match.group(3), transcript if match.group(1) is None else match.group(1)
 
 
@@ -606,7 +591,8 @@ def _chat_references(conversation, sampling_rate: int) -> tuple[bool, list, list
     """(batched, the conversations to render, one reference per conversation): the layout rule checked (one
     `ValueError` naming the message), each reference turn's audio item emptied and its reference taken out (a voice
     loaded, its transcript moved into the turn when the turn has none; a clip left unread)."""
-    batched = isinstance(conversation, (list, tuple)) and bool(conversation) and isinstance(conversation[0], (list, tuple))
+    batched = isinstance(conversation, (list, tuple)) and bool(conversation) and isinstance(conversation[0],
+                                                                                          (list, tuple))
     rendered, references = [], []
     for i, messages in enumerate(conversation if batched else [conversation]):
         problem, turns = _conversation_problem(messages, f"conversation {i}" if batched else "the conversation")
@@ -663,7 +649,8 @@ def _conversation_problem(messages, where: str) -> tuple[str | None, list]:
         )
         if problem:
             return problem, []
-        turns.append((message, list(content), audio, "".join(str(i.get("text", "")) for i in content if i["type"] == "text")))
+        text = "".join(str(item.get("text", "")) for item in content if item["type"] == "text")
+        turns.append((message, list(content), audio, text))
     return None, turns
 
 

@@ -70,8 +70,9 @@ def test_reference_audio_refusals(tmp_path):
         _prepared(np.zeros(800001, dtype=np.float32), 8000)
     assert _prepared(np.zeros(800000, dtype=np.float32), 8000).shape == (2400000,)  # exactly 100 s is accepted
     with pytest.raises(ValueError, match=re.escape(
-        "sampling_rate is required when the reference audio is an array: pass the rate of its samples in Hz (for files "
-        "it is read from the file)."
+        "Reference audio is an array of samples without its sampling rate; pass it too: sampling_rate=rate, {'array': "
+        "samples, 'sampling_rate': rate}, or in a chat message {'type': 'audio', 'audio': samples, 'sampling_rate': "
+        "rate}."
     )):
         _prepared(np.zeros(100, dtype=np.float32))
     for bad in (0, -16000, 22050.5, True):

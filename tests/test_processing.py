@@ -365,9 +365,9 @@ def test_reference_argument_refusals(processor, tmp_path):
         processor("x", reference="me.wav")
     for value in (raw, np.zeros(24000, dtype=np.float32), {"array": np.zeros(24000, dtype=np.float32)}):
         with pytest.raises(ValueError, match=re.escape(
-            "The reference is an array of samples without its sampling rate; pass it too: processor(text, "
-            "reference=samples, sampling_rate=rate), reference={'array': samples, 'sampling_rate': rate}, or in a "
-            "chat message {'type': 'audio', 'audio': samples, 'sampling_rate': rate}."
+            "The reference is an array of samples without its sampling rate; pass it too: sampling_rate=rate, "
+            "{'array': samples, 'sampling_rate': rate}, or in a chat message {'type': 'audio', 'audio': samples, "
+            "'sampling_rate': rate}."
         )):
             processor("x", reference=value)
     with pytest.raises(ValueError, match=re.escape("The reference for text 1 is an array of samples without its")):
@@ -377,7 +377,7 @@ def test_reference_argument_refusals(processor, tmp_path):
         "{'array': samples, 'sampling_rate': rate} (as datasets' Audio feature gives it) or {'path': file}."
     )):
         processor("x", reference={"path": None, "bytes": b"", "sampling_rate": 16000})
-    with pytest.raises(ValueError, match=re.escape("Reference audio has dtype int64; accepted are float16/float32/")):
+    with pytest.raises(ValueError, match=re.escape("The reference has dtype int64; accepted are float16/float32/")):
         processor("x", reference=raw, sampling_rate=24000)
     with pytest.raises(ValueError, match=re.escape(
         "The reference for text 1 must be a voice (model.encode_reference(clip, text=...), HiggsAudioV3Voice.load, or a "

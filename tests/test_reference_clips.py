@@ -268,7 +268,7 @@ def test_clip_refusals(tts_model, processor, tmp_path):
     with pytest.raises(ValueError, match=re.escape(f"Could not read reference audio file {str(notes)!r} (")):
         processor(TEXT, reference=notes)
     with pytest.raises(ValueError, match=re.escape(
-        "Reference audio is 100.00 s long (800001 samples at 8000 Hz); the longest accepted is 100 s. Use a shorter "
+        "The reference is 100.00 s long (800001 samples at 8000 Hz); the longest accepted is 100 s. Use a shorter "
         "clip: 5 to 30 s of clean speech is enough to clone a voice."
     )):
         processor(TEXT, reference=np.zeros(800001, dtype=np.float32), sampling_rate=8000)
