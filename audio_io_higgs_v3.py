@@ -189,13 +189,9 @@ def _samples(audio, sampling_rate, label: str) -> tuple[np.ndarray | None, str |
 
 
 def prepare_reference_waveform(
-    audio: AudioLike,
-    sampling_rate: int | None = None,
-    target_sampling_rate: int = _RATES.sampling_rate,
-    min_seconds: float = MIN_REFERENCE_SECONDS,
-    max_seconds: float = MAX_REFERENCE_SECONDS,
-    too_long_advice: str = REFERENCE_ADVICE,
-    where: str = "reference audio",
+    audio: AudioLike, sampling_rate: int | None = None, target_sampling_rate: int = _RATES.sampling_rate,
+    min_seconds: float = MIN_REFERENCE_SECONDS, max_seconds: float = MAX_REFERENCE_SECONDS,
+    too_long_advice: str = REFERENCE_ADVICE, where: str = "reference audio",
 ) -> torch.FloatTensor:
     """Load and check a reference clip: the mono float32 waveform `[max(N', ceil(min_seconds * target_sampling_rate))]`
     at `target_sampling_rate` that the codec encodes (`model.encode_reference`, the processor's clips).
@@ -275,9 +271,9 @@ def load_reference(
         audio = reference.get("array") if reference.get("array") is not None else reference.get("path")
         rate = reference.get("sampling_rate", None if isinstance(audio, (str, os.PathLike)) else sampling_rate)
     if audio is None:
-        raise ValueError(f"{Where} is an audio dict without samples or a file (its keys: {sorted(map(str, reference))}); "
-                         "pass {'array': samples, 'sampling_rate': rate} (as datasets' Audio feature gives it) or "
-                         "{'path': file}.")
+        raise ValueError(f"{Where} is an audio dict without samples or a file (its keys: "
+                         f"{sorted(map(str, reference))}); pass {{'array': samples, 'sampling_rate': rate}} (as "
+                         "datasets' Audio feature gives it) or {'path': file}.")
     if not read and isinstance(audio, (str, os.PathLike)):  # samples are checked (and prepared) all the same
         return ReferenceClip(None, text)
     return ReferenceClip(prepare_reference_waveform(audio, rate, target_sampling_rate, where=where), text)

@@ -237,8 +237,8 @@ def parse_dialogue(script: str | Sequence[DialogueLine] | Sequence[tuple[str, st
         elif match is not None:
             lines.append(DialogueLine(match.group(1).strip(), match.group(2).strip(), number))
         elif line.strip() and not lines:
-            problem = (f"Dialogue line {number} ({line.strip()[:40]!r}) has no speaker; every line of a dialogue script "
-                       "starts with [Name], e.g. '[Alice] Hello there.'")
+            problem = (f"Dialogue line {number} ({line.strip()[:40]!r}) has no speaker; every line of a dialogue "
+                       "script starts with [Name], e.g. '[Alice] Hello there.'")
         elif line.strip():
             lines[-1].text = f"{lines[-1].text} {line.strip()}".strip()
         if problem:
@@ -266,8 +266,9 @@ def check_dialogue_voices(lines: Sequence, voices: Mapping[str, object], auto_vo
             f"Voices were given for {', '.join(map(repr, unknown))}, who never speak; the script's speakers are "
             f"{', '.join(map(repr, speakers))}." if unknown else
             f"Speaker {missing[0]!r} (line {first.line_number}) has no voice; give one per speaker (e.g. --voice "
-            f"{missing[0]}=clip.wav:transcript, or a saved voice file), or let each voiceless speaker's first line make "
-            f"their voice (auto_voices=True / --auto-voices). Speakers without a voice: {', '.join(map(repr, missing))}."
+            f"{missing[0]}=clip.wav:transcript, or a saved voice file), or let each voiceless speaker's first line "
+            "make their voice (auto_voices=True / --auto-voices). Speakers without a voice: "
+            f"{', '.join(map(repr, missing))}."
         )
     return missing
 

@@ -71,11 +71,8 @@ def speech_jobs(processor: ProcessorMixin, text: str, max_chars: int = DEFAULT_M
     return [SpeechJob(chunk, index) for index, chunk in enumerate(split_text(text, max_chars))]
 
 
-def dialogue_jobs(
-    processor: ProcessorMixin,
-    script: str | Sequence[DialogueLine] | Sequence[tuple[str, str]],
-    max_chars: int = DEFAULT_MAX_CHARS,
-) -> list[SpeechJob]:
+def dialogue_jobs(processor: ProcessorMixin, script: str | Sequence[DialogueLine] | Sequence[tuple[str, str]],
+                  max_chars: int = DEFAULT_MAX_CHARS) -> list[SpeechJob]:
     """The jobs of a dialogue: `parse_dialogue`, `processor.check_text` on every line, then `split_text`."""
     lines = parse_dialogue(script)
     texts = [processor.check_text(line.text, f"dialogue line {line.line_number}") for line in lines]
@@ -86,14 +83,8 @@ def dialogue_jobs(
     return jobs
 
 
-def resolve_voice(
-    model: PreTrainedModel,
-    processor: ProcessorMixin,
-    spec: object,
-    transcript: str | None = None,
-    sampling_rate: int | None = None,
-    where: str = "the reference",
-) -> HiggsAudioV3Voice:
+def resolve_voice(model: PreTrainedModel, processor: ProcessorMixin, spec: object, transcript: str | None = None,
+                  sampling_rate: int | None = None, where: str = "the reference") -> HiggsAudioV3Voice:
     """A voice from anything `load_reference` takes (a clip encoded once with `model.encode_reference`) or a pair
     `(that, transcript)`; a blank transcript is none, the voice's is checked with `processor.check_text`."""
     if isinstance(spec, tuple) and len(spec) == 2:
@@ -249,22 +240,15 @@ class SpeechResult:
         return save_audio(self.waveform, path, sampling_rate=self.sampling_rate)
 
     def codes_state_dict(self) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-        """`codes` `[sum of frames, num_codebooks]` and `chunk_frames` `[chunks]`, with string metadata, for
-        safetensors."""
-        tensors = {
-            "codes": torch.cat([chunk.codes for chunk in self.chunks]).contiguous(),
-            "chunk_frames": torch.tensor([chunk.num_frames for chunk in self.chunks], dtype=torch.long),
-        }
-        metadata = {
-            "format": "higgs_audio_v3_codes",
-            "texts": json.dumps([chunk.text for chunk in self.chunks], ensure_ascii=False),
-            "speakers": json.dumps([chunk.speaker for chunk in self.chunks], ensure_ascii=False),
-            "finished": json.dumps([chunk.finished for chunk in self.chunks]),
-            "seeds": json.dumps([chunk.seed for chunk in self.chunks]),
-            "sampling_rate": str(self.sampling_rate),
-            "frame_rate": str(self.chunks[0].frame_rate),
-            "pause_seconds": repr(self.pause_seconds),
-        }
+        """`codes` `[sum of frames, num_codebooks]`, `chunk_frames` `[chunks]` and string metadata, for safetensors."""
+        chunks = self.chunks
+        tensors = {"codes": torch.cat([chunk.codes for chunk in chunks]).contiguous(),
+                   "chunk_frames": torch.tensor([chunk.num_frames for chunk in chunks], dtype=torch.long)}
+        lists = {"texts": "text", "speakers": "speaker", "finished": "finished", "seeds": "seed"}  # JSON per chunk
+        metadata = {"format": "higgs_audio_v3_codes", "sampling_rate": str(self.sampling_rate),
+                    "frame_rate": str(chunks[0].frame_rate), "pause_seconds": repr(self.pause_seconds)}
+        metadata.update({key: json.dumps([getattr(chunk, name) for chunk in chunks], ensure_ascii=False)
+                         for key, name in lists.items()})
         return tensors, metadata
 
     def save_codes(self, path: str | os.PathLike) -> Path:
@@ -286,14 +270,8 @@ def _join(chunks: Sequence[ChunkResult], pause_seconds: float, sampling_rate: in
     return torch.cat(parts)
 
 
-def rows_for_max_seconds(
-    max_seconds: float,
-    spec: HiggsAudioV3AudioSpec,
-    positions: int | None = MAX_POSITIONS,
-    *,
-    name: str = "max_seconds",
-    positions_name: str = "max_positions",
-) -> int:
+def rows_for_max_seconds(max_seconds: float, spec: HiggsAudioV3AudioSpec, positions: int | None = MAX_POSITIONS, *,
+                         name: str = "max_seconds", positions_name: str = "max_positions") -> int:
     """The one home of the audio limit per chunk (`max_seconds=`, `higgs-v3 speak --max-seconds`): a positive number
     of seconds that `positions` positions hold (prompt plus rows; None: no bound), else a `ValueError` naming `name`.
     Returns its rows (`spec.rows_for_seconds`)."""
@@ -310,9 +288,8 @@ def rows_for_max_seconds(
     return spec.rows_for_seconds(max_seconds)
 
 
-def max_new_tokens_for(
-    model: PreTrainedModel, max_seconds: float | None, max_positions: int | None = MAX_POSITIONS
-) -> int | None:
+def max_new_tokens_for(model: PreTrainedModel, max_seconds: float | None,
+                       max_positions: int | None = MAX_POSITIONS) -> int | None:
     """Rows for `max_seconds` (`rows_for_max_seconds`; None for None), bounded as `generate` bounds a request with
     the same `max_positions` (None: the model's `max_position_embeddings`)."""
     if max_seconds is None:
@@ -399,20 +376,10 @@ class _Synthesizer:
 
 
 def synthesize_long(
-    model: PreTrainedModel,
-    processor: ProcessorMixin,
-    text: str,
-    *,
-    reference: object | None = None,
-    reference_text: str | None = None,
-    sampling_rate: int | None = None,
-    max_chars: int = DEFAULT_MAX_CHARS,
-    pause_seconds: float = DEFAULT_PAUSE_SECONDS,
-    batch_size: int = DEFAULT_BATCH_SIZE,
-    seed: int | None = None,
-    max_seconds: float | None = None,
-    progress: bool | object = False,
-    **generate_kwargs,
+    model: PreTrainedModel, processor: ProcessorMixin, text: str, *, reference: object | None = None,
+    reference_text: str | None = None, sampling_rate: int | None = None, max_chars: int = DEFAULT_MAX_CHARS,
+    pause_seconds: float = DEFAULT_PAUSE_SECONDS, batch_size: int = DEFAULT_BATCH_SIZE, seed: int | None = None,
+    max_seconds: float | None = None, progress: bool | object = False, **generate_kwargs,
 ) -> SpeechResult:
     r"""
     Speak a text of any length: split with `split_text`, the chunks generated in batches, joined with pauses. Without
@@ -439,19 +406,10 @@ def synthesize_long(
 
 
 def synthesize_dialogue(
-    model: PreTrainedModel,
-    processor: ProcessorMixin,
-    script: str | Sequence[DialogueLine] | Sequence[tuple[str, str]],
-    voices: Mapping[str, object] | None = None,
-    *,
-    auto_voices: bool = False,
-    max_chars: int = DEFAULT_MAX_CHARS,
-    pause_seconds: float = DEFAULT_DIALOGUE_PAUSE_SECONDS,
-    batch_size: int = DEFAULT_BATCH_SIZE,
-    seed: int | None = None,
-    max_seconds: float | None = None,
-    progress: bool | object = False,
-    **generate_kwargs,
+    model: PreTrainedModel, processor: ProcessorMixin, script: str | Sequence[DialogueLine] | Sequence[tuple[str, str]],
+    voices: Mapping[str, object] | None = None, *, auto_voices: bool = False, max_chars: int = DEFAULT_MAX_CHARS,
+    pause_seconds: float = DEFAULT_DIALOGUE_PAUSE_SECONDS, batch_size: int = DEFAULT_BATCH_SIZE,
+    seed: int | None = None, max_seconds: float | None = None, progress: bool | object = False, **generate_kwargs,
 ) -> SpeechResult:
     r"""
     Speak a dialogue (`parse_dialogue`: `[Name] text` lines, `DialogueLine`s or `(speaker, text)` pairs), each line with

@@ -30,17 +30,8 @@ from transformers import BatchEncoding, ProcessorMixin
 from transformers.processing_utils import ProcessingKwargs, Unpack
 from transformers.utils import logging
 
-from .audio_io_higgs_v3 import (
-    MAX_REFERENCE_SECONDS,
-    REFERENCE_ADVICE,
-    TARGET_ADVICE,
-    VOICE_FILE_SUFFIXES,
-    HiggsAudioV3Voice,
-    ReferenceClip,
-    check_length,
-    load_reference,
-    save_audio,
-)
+from .audio_io_higgs_v3 import (MAX_REFERENCE_SECONDS, REFERENCE_ADVICE, TARGET_ADVICE, VOICE_FILE_SUFFIXES,
+                                 HiggsAudioV3Voice, ReferenceClip, check_length, load_reference, save_audio)
 from .chunking_higgs_v3 import TAG_PATTERN
 from .codec_higgs_v3 import resampled_length
 from .delay_higgs_v3 import HiggsAudioV3AudioSpec, check_codes
@@ -61,8 +52,7 @@ PROMPT_TOKENS: dict[str, tuple[str, str]] = {  # role -> (token, the config fiel
     "ref_text": ("<|ref_text|>", "ref_text_token_id"),
 }
 
-CONTROL_TAG_FAMILIES = ("emotion", "style", "sfx", "prosody", "env")  # `<|family:name|>` tags; other `<|...|>`s are
-# structural
+CONTROL_TAG_FAMILIES = ("emotion", "style", "sfx", "prosody", "env")  # `<|family:name|>`; other `<|...|>`: structural
 
 REAL_ENCODED_LENGTH_KWARGS: dict = {  # the real codec's frame-count parameters (`_get_encoded_length`), the default
     "sample_rate": 24000, "semantic_sample_rate": 16000, "downsample_factor": 320, "hop_length": 960,
@@ -340,8 +330,7 @@ class HiggsAudioV3Processor(ProcessorMixin):
         return spoken, [self._reference(*reference, read) for reference in references]
 
     def __call__(
-        self,
-        text: str | list[str],
+        self, text: str | list[str],
         reference: HiggsAudioV3Voice | str | os.PathLike | np.ndarray | torch.Tensor | dict | Sequence | None = None,
         reference_text: str | Sequence[str | None] | None = None,
         reference_codes: torch.Tensor | Sequence[torch.Tensor | None] | None = None,
