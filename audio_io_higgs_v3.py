@@ -1,12 +1,10 @@
 # Copyright 2026 the higgs-v3 authors. Licensed under the Apache License, Version 2.0.
 """Audio in and out for Higgs Audio v3: references (clips and voices), the reference-length rule, writing waveforms.
 
-`load_reference` is the one front end that decides what a reference is: a voice (`HiggsAudioV3Voice`, of any import of
-this module, or a saved voice file) or a clip (a file, an http(s) URL, samples, an audio dict), prepared by
-`prepare_reference_waveform` as the official server does (sglang-omni's `prepare_higgs_reference`: PCM scaled, mixed to
-mono, resampled to 24 kHz with torchaudio's algorithm, padded to 1 s), so a clip gives the codes the model was served
-with. Voices are saved as safetensors or JSON, never pickle. Every file is written through `atomic_output`. `soundfile`
-is imported inside `try/except ImportError`, so that the Hub loader does not demand it.
+`load_reference` decides what a reference is: a voice (`HiggsAudioV3Voice` of any import, or a saved voice file) or a
+clip, prepared by `prepare_reference_waveform` as the official server prepares it (sglang-omni's
+`prepare_higgs_reference`), so a clip gives the codes the model was served with. Every file is written through
+`atomic_output`; `soundfile` is imported inside `try/except ImportError` (the Hub loader must not demand it).
 """
 
 from __future__ import annotations
@@ -338,10 +336,9 @@ VOICE_FORMAT_VERSION = 1
 @dataclass
 class HiggsAudioV3Voice:
     r"""
-    A reusable voice: the raw codec codes of a reference clip (`[frames, num_codebooks]`, no delay pattern) and its
-    optional transcript (the "clone with transcript" layout, usually closer). Saved as `.safetensors` or `.json`, never
-    pickled. Imported twice (the installed package, a Hub repo's remote code) it is two classes: voices are recognised
-    by their `voice_format` marker, not their type.
+    A reusable voice: a reference clip's raw codec codes (`[frames, num_codebooks]`) and its optional transcript, saved
+    as `.safetensors` or `.json` (never pickled). Imported twice (the installed package, a Hub repo's remote code) it is
+    two classes: voices are recognised by their `voice_format` marker, not their type.
 
     ```python
     >>> import torch
@@ -365,8 +362,8 @@ class HiggsAudioV3Voice:
             problem = (f"codes must be an integer tensor of raw codec codes [frames, num_codebooks]; got "
                        f"{type(self.codes).__name__} of dtype {getattr(self.codes, 'dtype', None)}")
         elif codes.dim() != 2 or codes.shape[0] == 0:
-            problem = f"codes must have shape [frames, num_codebooks] with at least one frame; got shape " + str(
-                tuple(codes.shape))
+            problem = ("codes must have shape [frames, num_codebooks] with at least one frame; got shape "
+                       f"{tuple(codes.shape)}")
         elif int(codes.min()) < 0:
             problem = f"codes must be non-negative codec codes; the smallest is {int(codes.min())}"
         elif self.text is not None and not isinstance(self.text, str):

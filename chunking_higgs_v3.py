@@ -1,10 +1,7 @@
 # Copyright 2026 the higgs-v3 authors. Licensed under the Apache License, Version 2.0.
-r"""The text side of long-form speech (pure text; the synthesis is `longform_higgs_v3`'s): a tag-aware chunker, the tag
-pattern the processor checks tags with, and dialogue scripts (`[Name] text` lines, `parse_dialogue`).
-
-The model's quality drops on long inputs (fine up to about 500 characters, it can collapse near 1000): `split_text`
-packs whole sentences into chunks of at most `max_chars` spoken characters, cutting an over-long sentence at clauses,
-then spaces, then characters, and never inside or right after a `<|...|>` tag.
+r"""The text side of long-form speech: the tag pattern (the processor checks tags with it too), a tag-aware chunker
+(the model's quality drops beyond about 500 characters: `split_text` packs whole sentences into chunks, never cutting
+inside or right after a `<|...|>` tag) and dialogue scripts (`[Name] text` lines, `parse_dialogue`).
 
 ```python
 >>> split_text("First sentence. <|emotion:anger|>Second one! 第三句。", max_chars=20)

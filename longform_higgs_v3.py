@@ -381,21 +381,12 @@ def synthesize_long(
     pause_seconds: float = DEFAULT_PAUSE_SECONDS, batch_size: int = DEFAULT_BATCH_SIZE, seed: int | None = None,
     max_seconds: float | None = None, progress: bool | object = False, **generate_kwargs,
 ) -> SpeechResult:
-    r"""
-    Speak a text of any length: split with `split_text`, the chunks generated in batches, joined with pauses. Without
-    `reference`, chunk 0's codes and text become every later chunk's voice, so the voice stays the same.
-
-    Args:
-        model / processor: a `HiggsAudioV3ForConditionalGeneration` with its codec and its `HiggsAudioV3Processor`
-            (either from the installed package or from remote code).
-        text: the text, with inline control tags (checked up front).
-        reference / reference_text / sampling_rate: the voice (anything `resolve_voice` takes), its transcript and the
-            rate of samples.
-        max_chars (default 300), pause_seconds (0.3), batch_size (8): chunk size, silence, chunks per `generate`.
-        seed: base seed (default: `draw_seed()`); max_seconds: audio limit per chunk (`max_new_tokens_for`).
-        progress: True for a tqdm bar on stderr, or a file-like object to draw it on.
-        generate_kwargs: for `model.generate` (`temperature`, `top_k`, `top_p`, `min_p`, `do_sample`, ...).
-    """
+    """Speak a text of any length: split with `split_text`, the chunks generated in batches (`batch_size`, 8) and joined
+    with `pause_seconds` (0.3) of silence. Without `reference` (anything `resolve_voice` takes, with `reference_text`
+    and the `sampling_rate` of samples), chunk 0 becomes every later chunk's voice. `model` and `processor` may come
+    from either import path; `max_chars` (300) bounds a chunk, `max_seconds` its audio (`max_new_tokens_for`); `seed`
+    defaults to `draw_seed()`; `progress` is True (a tqdm bar on stderr) or a file to draw it on; `generate_kwargs`
+    go to `model.generate`."""
     jobs = speech_jobs(processor, text, max_chars)
     synthesizer = _Synthesizer(model, processor, pause_seconds=pause_seconds, batch_size=batch_size, seed=seed,
                                max_seconds=max_seconds, progress=progress, generate_kwargs=generate_kwargs)

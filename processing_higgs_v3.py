@@ -117,15 +117,10 @@ _OPTIONS = {*HiggsAudioV3TextKwargs.__annotations__, *HiggsAudioV3AudioKwargs.__
 class HiggsAudioV3Processor(ProcessorMixin):
     r"""
     Builds Higgs Audio v3 TTS prompts (left-padded batches, a reference or none per row) and checks every text,
-    transcript and reference, so that nothing invalid reaches the model. `pipeline("text-to-speech", model=repo,
-    trust_remote_code=True)` calls it with texts (its options in `preprocess_params`) or chats (`apply_chat_template`).
-
-    Args:
-        tokenizer: the Higgs Audio v3 tokenizer (Qwen2 byte-level BPE plus the 84 added tokens), padded on the left.
-        chat_template: defaults to `TTS_CHAT_TEMPLATE` (which also replaces, with a warning, the original's ChatML).
-        audio_spec (`dict`, *optional*): the `HiggsAudioV3AudioSpec` fields; encoded_length_kwargs (`dict`,
-            *optional*): the codec's frame-count parameters. Both default to the real model's and are saved;
-            `from_model_config` takes them from a model config.
+    transcript and reference, so that nothing invalid reaches the model. Args: the Higgs Audio v3 tokenizer (padded on
+    the left), the chat template (`TTS_CHAT_TEMPLATE` by default, also in place of the original's ChatML), and the
+    saved settings that describe the model: `audio_spec` (the `HiggsAudioV3AudioSpec` fields) and
+    `encoded_length_kwargs` (the codec's frame-count parameters), the real model's by default (`from_model_config`).
 
     ```python
     >>> inputs = processor(["Hello there.", "<|emotion:anger|>Get out!"], reference=[voice, None])  # doctest: +SKIP
@@ -345,11 +340,10 @@ class HiggsAudioV3Processor(ProcessorMixin):
 
         Args:
             text: the text(s) to speak, with inline control tags (`valid_tags()`), or rendered chat prompts.
-            reference: voices (`model.encode_reference`, of any import, or saved voice files) or clips: an audio file,
-                an `http(s)://` URL (fetched into memory, bounded), samples with `sampling_rate`, or an audio dict
-                `{"array": samples, "sampling_rate": rate}`.
-            reference_text / reference_codes: transcripts / raw codes `[T, num_codebooks]` of the references.
-            audio_target: training targets, one per text: raw codes (`model.encode_target(clip)`) or voices.
+            reference: voices (`model.encode_reference`, of any import, or voice files) or clips (an audio file, an
+                `http(s)://` URL, samples with `sampling_rate`, `{"array": samples, "sampling_rate": rate}`).
+            reference_text / reference_codes / audio_target: transcripts, raw codes `[T, num_codebooks]`, and training
+                targets (raw codes from `model.encode_target(clip)`, or voices).
             kwargs (`HiggsAudioV3ProcessorKwargs`): `return_tensors` ("pt"; "np"; None: lists, a clip's waveform as a
                 numpy array), `sampling_rate` of samples (one, or one per text), `padding_side` of training examples.
 
