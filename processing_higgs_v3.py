@@ -514,9 +514,10 @@ class HiggsAudioV3Processor(ProcessorMixin):
         # clip would get other codes than model.encode_reference gives it; no voices or voice files; no URL bounds).
         # The audio items are taken out here (the layout checked, voices loaded, clips unread), the stock method renders
         # the rest with the template, and `__call__` tokenizes the rendered prompts with the references. ***
-        if unknown := sorted(set(kwargs) - {"add_generation_prompt"}):
+        if unknown := sorted(set(kwargs) - {"add_generation_prompt"} | set(processor_kwargs or {}) - _OPTIONS):
             raise ValueError(f"apply_chat_template of a TTS processor does not take {unknown}; it takes conversation, "
-                             "chat_template, tokenize, return_dict, return_tensors and processor_kwargs.")
+                             "chat_template, tokenize, return_dict, return_tensors and processor_kwargs (the options "
+                             "return_tensors, sampling_rate and padding_side).")
         batched, conversations, references = _chat_references(conversation, self.audio_spec.sampling_rate)
         conversations, references = (conversations, references) if batched else (conversations[0], references[0])
         prompt = super().apply_chat_template(conversations, chat_template=chat_template, **kwargs)

@@ -96,13 +96,13 @@ def test_training_batch_padding_both_sides(processor):
 
 
 def test_target_refusals(processor, tmp_path):
-    with pytest.raises(ValueError, match=r"The codes of the audio_target must be integer codes \[\.\.\., frames, 8\] with at least 8 frames"):
+    with pytest.raises(ValueError, match=r"The codes of the audio_target must be .* with at least 8 frames"):
         processor(text="Hi.", audio_target=random_codes(7, 0))
     with pytest.raises(ValueError, match=r"'x.wav', an audio file: the processor does not run the codec"):
         processor(text="Hi.", audio_target="x.wav")
     with pytest.raises(ValueError, match=r"is a waveform: the processor does not run the codec.*model.encode_target"):
         processor(text="Hi.", audio_target=(np.zeros(24000, dtype=np.float32), 24000))
-    with pytest.raises(ValueError, match=r"The codes of the audio_target must be .* each in 0..1023; got values from \d+ to 1025"):
+    with pytest.raises(ValueError, match=r"The codes of the audio_target must be .* got values from \d+ to 1025"):
         processor(text="Hi.", audio_target=delayed_by_loop(random_codes(9, 0)))
     with pytest.raises(ValueError) as error:  # a target's own advice, not a reference's ("5 to 30 s ... is enough")
         processor(text="Hi.", audio_target=random_codes(2501, 0))

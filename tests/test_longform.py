@@ -478,7 +478,7 @@ def test_resolve_voice_from_a_clip_and_a_transcript(tts, tmp_path):
     assert voice.text == "Some words." and voice.num_frames == 30
     again = resolve_voice(model, processor, HiggsAudioV3Voice(codes=voice.codes), "Other words.")
     assert again.text == "Other words."
-    with pytest.raises(ValueError, match=re.escape("The reference already carries its transcript; do not pass reference_text")):
+    with pytest.raises(ValueError, match=re.escape("The reference already carries its transcript; do not pass")):
         resolve_voice(model, processor, voice, "More words.")
     with pytest.raises(FileNotFoundError, match=re.escape("Voice file")):
         resolve_voice(model, processor, str(tmp_path / "missing.safetensors"))
@@ -518,7 +518,8 @@ def test_the_processor_delegates_long_form_speech(tts):
     options = dict(max_chars=6, seed=4, max_seconds=0.12)
     ours = processor.synthesize_long(model, "One. Two.", **options)
     theirs = synthesize_long(model, processor, "One. Two.", **options)
-    assert len(ours.chunks) == 2 and [c.codes.tolist() for c in ours.chunks] == [c.codes.tolist() for c in theirs.chunks]
+    assert len(ours.chunks) == 2
+    assert [c.codes.tolist() for c in ours.chunks] == [c.codes.tolist() for c in theirs.chunks]
     script = "[Ann] Hi.\n[Bob] Yo."
     ours = processor.synthesize_dialogue(model, script, auto_voices=True, **options)
     theirs = synthesize_dialogue(model, processor, script, None, auto_voices=True, **options)
@@ -619,8 +620,8 @@ def test_long_form_and_dialogue_from_the_hub_repo_alone(tmp_path):
     """In a fresh process that cannot import the `higgs_v3` package (transformers and torch only), as a user with the
     Hub repo alone: `AutoModel` / `AutoProcessor` with `trust_remote_code=True`, then `processor.synthesize_long` over
     several chunks (voices from the first chunk, from `model.encode_reference`, from a voice file and from a clip) and
-    `processor.synthesize_dialogue` (the model's module imports neither the processor nor long-form speech). The repo is loaded under a plain name, as transformers 5.5 copies it (entry modules'
-    direct imports only)."""
+    `processor.synthesize_dialogue` (the model's module imports neither the processor nor long-form speech). The repo is
+    loaded under a plain name, as transformers 5.5 copies it (entry modules' direct imports only)."""
     import site
 
     from higgs_v3.testing.tiny import make_tiny_random_model

@@ -394,9 +394,10 @@ def test_reference_argument_refusals(processor, tmp_path):
         processor("x", reference_codes=torch.zeros(8, 3, dtype=torch.long))
     with pytest.raises(ValueError, match=re.escape(f"The codes of the reference {rule} values from 0 to 1024.")):
         processor("x", reference_codes=torch.tensor([[0] * 7 + [1024]]))
-    with pytest.raises(ValueError, match=re.escape(f"The codes of the reference for text 1 {rule} values from -1 to 0.")):
+    with pytest.raises(ValueError, match=re.escape(
+            f"The codes of the reference for text 1 {rule} values from -1 to 0.")):
         processor(["x", "y"], reference_codes=[None, torch.tensor([[0] * 7 + [-1]])])
-    with pytest.raises(ValueError, match=re.escape(f"The codes of the reference {rule} Tensor of dtype torch.float32.")):
+    with pytest.raises(ValueError, match=re.escape(f"The codes of the reference {rule} Tensor of dtype torch.float32")):
         processor("x", reference_codes=torch.zeros(2, C))
     with pytest.raises(ValueError, match=re.escape(f"The codes of the reference {rule} shape (2, 4).")):
         processor("x", reference=HiggsAudioV3Voice(codes=torch.zeros(2, 4, dtype=torch.long)))
@@ -461,7 +462,9 @@ def test_save_audio_delegate_writes_at_the_processor_rate(processor, tmp_path):
 # ---------------------------------------------------------------------------------------------- save / load
 def _saved_processor(tokenizer, repo):
     # Non-default settings show that the settings travel with the files.
-    HiggsAudioV3Processor(tokenizer, audio_spec={"audio_placeholder_id": -7}, encoded_length_kwargs=OTHER_CODEC).save_pretrained(repo)
+    processor = HiggsAudioV3Processor(tokenizer, audio_spec={"audio_placeholder_id": -7},
+                                      encoded_length_kwargs=OTHER_CODEC)
+    processor.save_pretrained(repo)
     return repo
 
 
@@ -640,3 +643,48 @@ def test_chat_template_saved_loaded_and_chatml_replaced(tokenizer, tmp_path, cap
         replaced = HiggsAudioV3Processor(tokenizer, chat_template=CHATML)
     assert replaced.chat_template == processing_higgs_v3.TTS_CHAT_TEMPLATE
     assert "does not render Higgs Audio v3 TTS prompts" in caplog.text
+
+
+def test_rendered_prompts_are_taken_as_the_template_renders_them(processor):
+    """`__call__` takes a prompt as the chat template renders it (what `apply_chat_template` gives it): its text and
+    transcript are split out, the reference comes from the arguments; a prompt that does not match them is refused."""
+    voice = HiggsAudioV3Voice(codes=random_codes(3, seed=4))
+    rendered = "<|tts|><|ref_text|>The clip.<|ref_audio|><|text|>Hi <|sfx:laughter|>there.<|audio|>"
+    expected = processor("Hi <|sfx:laughter|>there.", reference=voice, reference_text="The clip.")
+    for key, value in processor(rendered, reference=voice).items():
+        assert torch.equal(value, expected[key]), key
+    plain = processor("<|tts|><|text|>Hi.<|audio|>")["input_ids"]
+    assert torch.equal(plain, processor("Hi.")["input_ids"])
+    mismatch = ("Text {i} is a rendered TTS prompt whose reference turn does not match the arguments: give a reference "
+                "exactly when it holds <|ref_audio|>, and its transcript in <|ref_text|> or in reference_text")
+    for i, (texts, options) in enumerate([
+        ([rendered], {}),  # <|ref_audio|> without a reference
+        (["x", "<|tts|><|text|>Hi.<|audio|>"], {"reference": voice}),  # a reference the prompt has no turn for
+        ([rendered], {"reference": voice, "reference_text": "Again."}),  # two transcripts
+    ]):
+        with pytest.raises(ValueError, match=re.escape(mismatch.format(i=len(texts) - 1))):
+            processor(texts if len(texts) > 1 else texts[0], **options)
+    # A text that only looks like part of a prompt is text, and its structural tokens are refused as ever.
+    with pytest.raises(ValueError, match=re.escape("'<|tts|>' in the text is a structural prompt token")):
+        processor("<|tts|>Hi.")
+
+
+def test_call_options_are_merged_by_transformers(processor):
+    """`HiggsAudioV3ProcessorKwargs`: flat options, per-modality dicts and `common_kwargs` all reach the call, the
+    defaults (left padding, "pt") where none is given; `apply_chat_template` hands `processor_kwargs` on."""
+    codes = random_codes(9, seed=5)
+    left = processor(["Hi.", "A longer one."], audio_target=[codes, codes])
+    right = processor(["Hi.", "A longer one."], audio_target=[codes, codes], text_kwargs={"padding_side": "right"})
+    assert left["attention_mask"][0, 0] == 0 and right["attention_mask"][0, 0] == 1
+    as_np = processor("Hi.", common_kwargs={"return_tensors": "np"})
+    assert isinstance(as_np["input_ids"], np.ndarray)
+    samples = np.zeros(24000, dtype=np.float32)
+    clip = processor("Hi.", reference=samples, audio_kwargs={"sampling_rate": 24000})
+    assert clip["reference_audio"].shape == (24000,)
+    conversation = [_turn(_text("Hi."))]
+    as_lists = processor.apply_chat_template(conversation, tokenize=True, return_dict=True,
+                                             processor_kwargs={"return_tensors": None})
+    assert isinstance(as_lists["input_ids"], list)
+    assert isinstance(processor.apply_chat_template(conversation, tokenize=True, return_tensors="np"), np.ndarray)
+    with pytest.raises(ValueError, match=re.escape("apply_chat_template of a TTS processor does not take ['refer")):
+        processor.apply_chat_template(conversation, tokenize=True, processor_kwargs={"reference": "x.wav"})

@@ -332,7 +332,8 @@ PROCESSOR_VOICE_CASES: dict[str, tuple] = {
     # refused by the processor when used as a reference: (build, error type, fragments)
     "codes of the BOC range": (lambda f: voice_json(f / "v.json", codes=[[1024] * C]), ValueError,
                                ("values from 1024 to 1024", "each in 0..1023")),
-    "four codebooks": (lambda f: voice_json(f / "v.json", codes=[[0] * 4]), ValueError, ("[..., frames, 8]", "shape (1, 4)")),
+    "four codebooks": (lambda f: voice_json(f / "v.json", codes=[[0] * 4]), ValueError,
+                       ("[..., frames, 8]", "shape (1, 4)")),
     "16 kHz voice": (lambda f: voice_json(f / "v.json", sampling_rate=16000), ValueError,
                      ("was encoded at 16000 Hz",)),
     "transcript with <tool_call>": (lambda f: voice_json(f / "v.json", text="Hi <tool_call> there."), ValueError,
