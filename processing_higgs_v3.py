@@ -107,7 +107,9 @@ class HiggsAudioV3ProcessorKwargs(ProcessingKwargs, total=False):
     """The call options of `HiggsAudioV3Processor` with their defaults, merged by `ProcessorMixin._merge_kwargs`."""
     text_kwargs: HiggsAudioV3TextKwargs
     audio_kwargs: HiggsAudioV3AudioKwargs
-    _defaults = {"text_kwargs": {"padding_side": "left"}, "common_kwargs": {"return_tensors": "pt"}}
+    # Not in `common_kwargs`: transformers 5.5's `_merge_kwargs` updates that dict of `_defaults` in place.
+    _defaults = {"text_kwargs": {"padding_side": "left", "return_tensors": "pt"},
+                 "audio_kwargs": {"return_tensors": "pt"}}
 
 
 _OPTIONS = {*HiggsAudioV3TextKwargs.__annotations__, *HiggsAudioV3AudioKwargs.__annotations__, "text_kwargs",

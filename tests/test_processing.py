@@ -678,6 +678,7 @@ def test_call_options_are_merged_by_transformers(processor):
     assert left["attention_mask"][0, 0] == 0 and right["attention_mask"][0, 0] == 1
     as_np = processor("Hi.", common_kwargs={"return_tensors": "np"})
     assert isinstance(as_np["input_ids"], np.ndarray)
+    assert isinstance(processor("Hi.")["input_ids"], torch.Tensor)  # the defaults are not changed by a call's options
     samples = np.zeros(24000, dtype=np.float32)
     clip = processor("Hi.", reference=samples, audio_kwargs={"sampling_rate": 24000})
     assert clip["reference_audio"].shape == (24000,)
