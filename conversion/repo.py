@@ -303,9 +303,9 @@ sf.write("hello.wav", output.audio[0].float().numpy(), model.config.sampling_rat
 Long texts (split into chunks, one stable voice) and dialogues, and the chat template:
 
 ```python
-speech = model.synthesize_long(processor, open("chapter.txt").read(), seed=0)
+speech = processor.synthesize_long(model, open("chapter.txt").read(), seed=0)
 speech.save("chapter.wav")
-talk = model.synthesize_dialogue(processor, "[Ann] Hi Bob!\\n[Bob] Hello Ann.", auto_voices=True)
+talk = processor.synthesize_dialogue(model, "[Ann] Hi Bob!\\n[Bob] Hello Ann.", auto_voices=True)
 
 voice = model.encode_reference("me.wav", text="What I say in it.")  # clone a voice
 conversation = [

@@ -51,10 +51,10 @@ from higgs_v3.audio_io_higgs_v3 import (
     prepare_reference_waveform,
     save_audio,
 )
-from higgs_v3.chunking_higgs_v3 import DialogueLine
+from higgs_v3.chunking_higgs_v3 import TAG_PATTERN, DialogueLine
 from higgs_v3.longform_higgs_v3 import SpeechJob, dialogue_jobs, max_new_tokens_for
 from higgs_v3.conversion.original_format import ADDED_TOKENS
-from higgs_v3.processing_higgs_v3 import TAG_PATTERN, HiggsAudioV3Processor
+from higgs_v3.processing_higgs_v3 import HiggsAudioV3Processor
 from higgs_v3.sampling_higgs_v3 import HiggsAudioV3SeededSampler
 from higgs_v3.testing.tiny import token_ids_read_once_per_content, write_tiny_original_checkpoint
 
@@ -233,7 +233,7 @@ def test_reference_audio_rate_mismatch(tmp_path):
 
 
 # ============================================================================================== voice files
-NOT_A_VOICE = "is not a Higgs Audio v3 voice file"
+NOT_A_VOICE = "Could not load voice file"
 
 
 def _torch_saved(folder):
@@ -292,7 +292,7 @@ VOICE_CASES: dict[str, tuple] = {
     "ragged codes (.json)": (lambda f: voice_json(f / "v.json", codes=[[0] * C, [0] * 3]), ValueError,
                              ("are not a rectangle of integers",)),
     "string codes (.json)": (lambda f: voice_json(f / "v.json", codes=[["a"] * C]), ValueError,
-                             ("are not a rectangle of integers",)),
+                             ("its 'codes' is not a list of frames",)),
     "huge integer codes (.json)": (lambda f: voice_json(f / "v.json", codes=[[10**30] * C]), ValueError,
                                    ("are not a rectangle of integers",)),
     "codes not a list (.json)": (lambda f: voice_json(f / "v.json", codes="0 0 0"), ValueError,
@@ -303,10 +303,10 @@ VOICE_CASES: dict[str, tuple] = {
                                    ("nested too deeply",)),
     "nested 50 deep in codes (.json)": (lambda f: _write("v.json", (
         '{"format": "higgs_audio_v3_voice", "version": 1, "codes": ' + "[" * 50 + "]" * 50 + "}").encode())(f),
-        ValueError, ("nested deeper than a voice record",)),
+        ValueError, ("its 'codes' is not a list of frames",)),
     "2501 frames (.safetensors header)": (lambda f: voice_safetensors(
         f / "v.safetensors", codes=torch.zeros(2501, C, dtype=torch.long)), ValueError,
-        ("holds 2501 frames (100.0 s); the longest reference accepted is 100 s",)),
+        ("is 100.04 s long (2501 frames at 25 frames per second); the longest accepted is 100 s",)),
     "22 h of frames (.json, 9 MB)": (_write("v.json", b" " * (9 * 1024 * 1024)), ValueError, ("9437184 bytes",)),
     "a folder named v.safetensors": (_folder_named("v.safetensors"), IsADirectoryError, ("is a folder",)),
     "missing file": (lambda f: f / "gone.safetensors", FileNotFoundError, ("does not exist",)),
@@ -332,8 +332,9 @@ def test_voice_file(case, tmp_path, monkeypatch):
 PROCESSOR_VOICE_CASES: dict[str, tuple] = {
     # refused by the processor when used as a reference: (build, error type, fragments)
     "codes of the BOC range": (lambda f: voice_json(f / "v.json", codes=[[1024] * C]), ValueError,
-                               ("range from 1024 to 1024; raw codec codes lie in 0..1023",)),
-    "four codebooks": (lambda f: voice_json(f / "v.json", codes=[[0] * 4]), ValueError, ("shape [frames, 8]",)),
+                               ("values from 1024 to 1024", "each in 0..1023")),
+    "four codebooks": (lambda f: voice_json(f / "v.json", codes=[[0] * 4]), ValueError,
+                       ("[..., frames, 8]", "shape (1, 4)")),
     "16 kHz voice": (lambda f: voice_json(f / "v.json", sampling_rate=16000), ValueError,
                      ("was encoded at 16000 Hz",)),
     "transcript with <tool_call>": (lambda f: voice_json(f / "v.json", text="Hi <tool_call> there."), ValueError,
@@ -402,8 +403,9 @@ _ROUTE_FRAGMENTS = {
     "dialogue line of another import's DialogueLine": ("'<|im_start|>' in dialogue line 1",),
     "dialogue pair of three": ("Dialogue line 1 is tuple",),
     "check_text of a voice transcript": ("'</tool_call>' in the transcript of a voice",),
-    "a 22-hour voice built in memory": ("have 1980000 frames (79200.0 s); the longest reference accepted is 100 s",),
-    "reference_codes of 2501 frames": ("have 2501 frames (100.0 s)", "(2500 frames)"),
+    "a 22-hour voice built in memory": ("is 79200.00 s long (1980000 frames at 25 frames per second); the longest "
+                                        "accepted is 100 s",),
+    "reference_codes of 2501 frames": ("is 100.04 s long (2501 frames", "the longest accepted is 100 s"),
 }
 
 
@@ -430,7 +432,7 @@ def test_a_long_processor_text_warns_once_and_points_to_synthesize_long(processo
     assert short["input_ids"].shape[1] == 1024 + 3 and long["input_ids"].shape[1] == 1025 + 3
     assert warned == [
         "A text of more than 1024 tokens is spoken as one generation; the model was trained on sentence-sized chunks "
-        "and tends to run away or skip words on long ones. Use model.synthesize_long(processor, text), "
+        "and tends to run away or skip words on long ones. Use processor.synthesize_long(model, text), "
         "which splits it into chunks and keeps the voice."
     ]
 
@@ -579,11 +581,11 @@ CLI_CASES: dict[str, tuple] = {
                                   lambda f: sparse_wav(f / "long.wav", 22 * 3600, 8000, 1)),
     "--voice pickle": (["speak", "Hi", "--voice", "p.safetensors"], "not a readable safetensors file",
                        _files(**{"p.safetensors": pickle.dumps([1, 2])})),
-    "--voice truncated": (["speak", "Hi", "--voice", "t.safetensors"], "'t.safetensors' is not a Higgs Audio v3 voice",
+    "--voice truncated": (["speak", "Hi", "--voice", "t.safetensors"], "Could not load voice file 't.safetensors'",
                           lambda f: (f / "t.safetensors").write_bytes((f / "v.safetensors").read_bytes()[:100])),
     "--voice without version": (["speak", "Hi", "--voice", "n.json"], "its version is None",
                                 lambda f: voice_json(f / "n.json", version=None)),
-    "--voice too long": (["speak", "Hi", "--voice", "long.safetensors"], "holds 2600 frames",
+    "--voice too long": (["speak", "Hi", "--voice", "long.safetensors"], "is 104.00 s long (2600 frames",
                          lambda f: voice_safetensors(f / "long.safetensors", codes=torch.zeros(2600, C, dtype=torch.long))),
     "dialogue voice pickle": (["speak", "--dialogue", "[Ann] Hi.", "--voice", "Ann=p.json"], "'p.json'",
                               _files(**{"p.json": pickle.dumps([1])})),
