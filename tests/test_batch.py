@@ -106,8 +106,8 @@ def test_a_bad_voice_or_clip_is_refused_with_its_line_before_any_model_work(tmp_
     (tmp_path / "clip.wav").write_text("not audio")
     with pytest.raises(ValueError) as error:
         read_manifest(_manifest(tmp_path, [{"text": "Hi.", "output": "a", "voice": "v.safetensors"}]))
-    assert str(error.value).startswith(f"manifest.jsonl line 1: {str(tmp_path / 'v.safetensors')!r} is not a Higgs "
-                                       "Audio v3 voice file: ")
+    assert str(error.value).startswith(f"manifest.jsonl line 1: Could not load voice file "
+                                       f"{str(tmp_path / 'v.safetensors')!r}: it is not a readable safetensors file")
     with pytest.raises(ValueError) as error:
         read_manifest(_manifest(tmp_path, [{"text": "Hi.", "output": "a"},
                                            {"text": "Yo.", "output": "b", "reference": "clip.wav"}]))
