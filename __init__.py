@@ -24,7 +24,7 @@ _EXPORTS = {
     "HiggsAudioV3Voice": "audio_io_higgs_v3",
     "HiggsAudioV3Codec": "codec_higgs_v3",
     "convert": "convert_checkpoint",
-    "from_original": "convert_checkpoint",
+    "from_original": "conversion.cache",
     "synthesize_long": "longform_higgs_v3",
     "synthesize_dialogue": "longform_higgs_v3",
 }

@@ -1,12 +1,7 @@
 # Copyright 2026 the higgs-v3 authors. Licensed under the Apache License, Version 2.0.
-r"""The text side of long-form speech: a tag-aware sentence chunker and dialogue scripts (pure text; the synthesis is
-`longform_higgs_v3`'s).
-
-The model's quality drops on long inputs (fine up to about 500 characters, unreliable near 750, it can collapse near
-1000), so long text is spoken in chunks of a few hundred characters: `split_text` packs whole sentences
-(`split_sentences`) into chunks of at most `max_chars` spoken characters, cutting an over-long sentence at clauses,
-then spaces, then characters, and never inside or right after a `<|...|>` tag (`TAG_PATTERN`, the processor's).
-A dialogue script has one `[Name] text` line per turn (`parse_dialogue`).
+r"""The text side of long-form speech: the tag pattern (the processor checks tags with it too), a tag-aware chunker
+(the model's quality drops beyond about 500 characters: `split_text` packs whole sentences into chunks, never cutting
+inside or right after a `<|...|>` tag) and dialogue scripts (`[Name] text` lines, `parse_dialogue`).
 
 ```python
 >>> split_text("First sentence. <|emotion:anger|>Second one! 第三句。", max_chars=20)
@@ -22,10 +17,10 @@ import unicodedata
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .processing_higgs_v3 import TAG_PATTERN
 
+TAG_PATTERN = re.compile(r"<\|[^<>|\n]*\|>")
+"""Anything that looks like a special token (`<|...|>`, one line, no nested brackets)."""
 
-# =============================================================================================== the chunker
 DEFAULT_MAX_CHARS = 300
 
 # Closing quotes and brackets that belong to the sentence they end.
@@ -44,8 +39,7 @@ SENTENCE, CLAUSE, SPACE, CHARACTER = 0, 1, 2, 3  # split levels, coarse to fine
 
 
 def spoken_length(text: str) -> int:
-    """The length the chunker measures: characters of `text` without control tags and without leading/trailing
-    whitespace (a tag is one token and is not spoken)."""
+    """The length the chunker measures: characters without tags (not spoken) and edge whitespace."""
     return len(TAG_PATTERN.sub("", text).strip())
 
 
@@ -176,20 +170,10 @@ class _Document:
         return self.pack(units, max_chars)
 
 
-def _check_max_chars(max_chars: int) -> None:
-    if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1:
-        raise ValueError(f"max_chars must be a positive number of characters, got {max_chars!r}.")
-
-
 def split_sentences(text: str) -> list[str]:
-    """Split `text` into sentences; `"".join(split_sentences(text)) == text` (whitespace stays with the sentence it
-    follows).
-
-    A sentence ends after `。！？｡।` (anywhere), after `.!?…` followed by whitespace, a tag or the end of the text (not
-    after an abbreviation such as "Dr." or an initial), with any closing quotes or brackets, and at line breaks.
-    Never inside a `<|...|>` tag, and never right after one: a tag at the start of a sentence stays with it. Pieces with
-    nothing to say (a lone tag, "...") join the next sentence.
-    """
+    """Split `text` into sentences, `"".join(split_sentences(text)) == text`. A sentence ends after `。！？｡।`, after
+    `.!?…` before whitespace, a tag or the end (not after "Dr." or an initial), with closing quotes or brackets, and
+    at line breaks; never inside or right after a tag. Pieces with nothing to say join the next sentence."""
     document = _Document(text)
     if not text:
         return []
@@ -197,24 +181,12 @@ def split_sentences(text: str) -> list[str]:
 
 
 def split_text(text: str, max_chars: int = DEFAULT_MAX_CHARS) -> list[str]:
-    r"""
-    Split `text` into chunks of at most `max_chars` spoken characters (`spoken_length`: tags and edge whitespace are
-    not counted), for one generation each.
-
-    Whole sentences (`split_sentences`) are packed greedily into chunks. A sentence longer than `max_chars` is cut at
-    clause marks (`, ; :` before a space, `，、；：—` anywhere), a clause still too long at spaces, and a word still
-    too long (CJK text without punctuation) between characters. No cut is ever made inside a `<|...|>` tag or right
-    after one, so every chunk but the last starts its tags with the text they apply to. Chunks are stripped of edge
-    whitespace; joined, they give back `text` up to whitespace.
-
-    Args:
-        text: the text, with inline control tags if any.
-        max_chars (`int`, defaults to 300): the largest chunk, in spoken characters.
-
-    Returns:
-        `list[str]`: the chunks in order (empty for a text that is only whitespace).
-    """
-    _check_max_chars(max_chars)
+    """Chunks of at most `max_chars` spoken characters (`spoken_length`), one generation each, stripped; joined they
+    give back `text` up to whitespace (none for blank text). Whole sentences are packed greedily; a longer one is cut at
+    clause marks (`, ; :` before a space, `，、；：—` anywhere), then spaces, then characters, never inside or right
+    after a tag (a chunk's tags go with the text they apply to)."""
+    if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1:
+        raise ValueError(f"max_chars must be a positive number of characters, got {max_chars!r}.")
     if not text.strip():
         return []
     document = _Document(text)
@@ -227,7 +199,6 @@ def split_text(text: str, max_chars: int = DEFAULT_MAX_CHARS) -> list[str]:
     return [chunk for chunk in chunks if chunk]
 
 
-# =============================================================================================== dialogue scripts
 _SPEAKER_LINE = re.compile(r"^\s*\[([^\[\]\n]+)\]\s*(.*)$")
 
 
@@ -242,53 +213,40 @@ class DialogueLine:
 
 def parse_dialogue(script: str | Sequence[DialogueLine] | Sequence[tuple[str, str]]) -> list[DialogueLine]:
     r"""
-    Parse a dialogue script: one `[Name] text` per line. Blank lines are skipped; a line without `[Name]` continues the
-    previous speaker's line (joined with a space). `DialogueLine`s or `(speaker, text)` pairs are taken as they are.
+    A dialogue script's lines: one `[Name] text` per line, blank lines skipped, a line without `[Name]` continuing the
+    previous one; `DialogueLine`s (of any import, by their fields) or `(speaker, text)` pairs as they are.
 
     >>> [(line.speaker, line.text) for line in parse_dialogue("[Ann] Hi there.\n[Bob] Hello!\nHow are you?")]
     [('Ann', 'Hi there.'), ('Bob', 'Hello! How are you?')]
     """
-    if isinstance(script, str):
-        lines = _parse_script(script)
-    else:
-        lines = [_dialogue_line(line, number) for number, line in enumerate(script, start=1)]
-    if not lines:
-        raise ValueError("The dialogue script is empty; write one '[Name] text' line per turn.")
-    return lines
-
-
-def _dialogue_line(line, number: int) -> DialogueLine:
-    """A `DialogueLine` (of any import of this module: checked by its fields, not its type) or a `(speaker, text)`
-    pair, as this module's `DialogueLine`."""
-    if hasattr(line, "speaker") and hasattr(line, "text"):
-        return DialogueLine(str(line.speaker), line.text, getattr(line, "line_number", number))
-    if isinstance(line, (tuple, list)) and len(line) == 2:
-        return DialogueLine(str(line[0]), line[1], number)
-    raise ValueError(f"Dialogue line {number} is {type(line).__name__} {line!r:.60}; give (speaker, text) pairs, "
-                     "DialogueLines or a '[Name] text' script.")
-
-
-def _parse_script(script: str) -> list[DialogueLine]:
-    lines: list[DialogueLine] = []
-    for number, raw in enumerate(script.splitlines(), start=1):
-        if not raw.strip():
-            continue
-        match = _SPEAKER_LINE.match(raw)
-        if match is None:
-            if not lines:
-                raise ValueError(
-                    f"Dialogue line {number} ({raw.strip()[:40]!r}) has no speaker; every line of a dialogue script starts "
-                    "with [Name], e.g. '[Alice] Hello there.'"
-                )
-            lines[-1].text = f"{lines[-1].text} {raw.strip()}".strip()
-            continue
-        speaker, text = match.group(1).strip(), match.group(2).strip()
-        if not speaker:
-            raise ValueError(f"Dialogue line {number} has an empty speaker name in brackets; write [Name] text.")
-        lines.append(DialogueLine(speaker=speaker, text=text, line_number=number))
-    for line in lines:
-        if not line.text:
-            raise ValueError(f"Dialogue line {line.line_number} ([{line.speaker}]) has no text; there is nothing to speak.")
+    lines, problem, text = [], None, isinstance(script, str)
+    for number, line in enumerate(script.splitlines() if text else script, start=1):
+        match = _SPEAKER_LINE.match(line) if text else None
+        if not text and hasattr(line, "speaker") and hasattr(line, "text"):
+            lines.append(DialogueLine(str(line.speaker), line.text, getattr(line, "line_number", number)))
+        elif not text and isinstance(line, (tuple, list)) and len(line) == 2:
+            lines.append(DialogueLine(str(line[0]), line[1], number))
+        elif not text:
+            problem = (f"Dialogue line {number} is {type(line).__name__} {line!r:.60}; give (speaker, text) pairs, "
+                       "DialogueLines or a '[Name] text' script.")
+        elif match is not None and not match.group(1).strip():
+            problem = f"Dialogue line {number} has an empty speaker name in brackets; write [Name] text."
+        elif match is not None:
+            lines.append(DialogueLine(match.group(1).strip(), match.group(2).strip(), number))
+        elif line.strip() and not lines:
+            problem = (f"Dialogue line {number} ({line.strip()[:40]!r}) has no speaker; every line of a dialogue "
+                       "script starts with [Name], e.g. '[Alice] Hello there.'")
+        elif line.strip():
+            lines[-1].text = f"{lines[-1].text} {line.strip()}".strip()
+        if problem:
+            break
+    empty = next((line for line in lines if text and not line.text), None)
+    if problem is None and empty is not None:
+        problem = f"Dialogue line {empty.line_number} ([{empty.speaker}]) has no text; there is nothing to speak."
+    if problem is None and not lines:
+        problem = "The dialogue script is empty; write one '[Name] text' line per turn."
+    if problem:
+        raise ValueError(problem)
     return lines
 
 
@@ -298,18 +256,15 @@ def check_dialogue_voices(lines: Sequence, voices: Mapping[str, object], auto_vo
     of appearance."""
     speakers = list(dict.fromkeys(line.speaker for line in lines))
     unknown = [name for name in voices if name not in speakers]
-    if unknown:
+    missing = [name for name in speakers if name not in voices]
+    if unknown or (missing and not auto_voices):
+        first = None if unknown else next(line for line in lines if line.speaker == missing[0])
         raise ValueError(
             f"Voices were given for {', '.join(map(repr, unknown))}, who never speak; the script's speakers are "
-            f"{', '.join(map(repr, speakers))}."
-        )
-    missing = [name for name in speakers if name not in voices]
-    if missing and not auto_voices:
-        first = next(line for line in lines if line.speaker == missing[0])
-        raise ValueError(
-            f"Speaker {missing[0]!r} (line {first.line_number}) has no voice; give one per speaker (e.g. "
-            f"--voice {missing[0]}=clip.wav:transcript, or a saved voice file), or let each voiceless speaker's first "
-            f"line make their voice (auto_voices=True / --auto-voices). Speakers without a voice: "
+            f"{', '.join(map(repr, speakers))}." if unknown else
+            f"Speaker {missing[0]!r} (line {first.line_number}) has no voice; give one per speaker (e.g. --voice "
+            f"{missing[0]}=clip.wav:transcript, or a saved voice file), or let each voiceless speaker's first line "
+            "make their voice (auto_voices=True / --auto-voices). Speakers without a voice: "
             f"{', '.join(map(repr, missing))}."
         )
     return missing
@@ -317,6 +272,7 @@ def check_dialogue_voices(lines: Sequence, voices: Mapping[str, object], auto_vo
 
 __all__ = [
     "DEFAULT_MAX_CHARS",
+    "TAG_PATTERN",
     "DialogueLine",
     "check_dialogue_voices",
     "parse_dialogue",

@@ -24,84 +24,67 @@ Four steps, each in its own module:
    `conversion.verification.verify_conversion`: the folder, loaded in a fresh process, against an independent forward
    over the original tensors.
 
-Everything is written into a temporary folder next to the output and renamed at the end: a failed run leaves the
-output as it was, and what a killed run leaves is cleaned up by the next (`conversion/folders`). `--push-to-hub`
-uploads the result with `HfApi.upload_folder`. No pickle is loaded anywhere.
+Everything is written into a staging folder next to the output and swapped into place at the end
+(`conversion.folders.staged_folder`): a failed run leaves the output as it was, and what a killed run leaves is
+cleaned up by the next. No pickle is loaded anywhere.
 
-`from_original(repo_or_dir)` converts once into a local cache and loads the model from there (the original repo has no
-`auto_map`, so `AutoModel` cannot load it directly); `with_processor=True` returns `(model, processor)`. Once this
-module is imported, `AutoProcessor.from_pretrained` on an original folder raises an error pointing to `from_original`.
-
-(A little over 600 lines: the plan's named steps, the orchestration, `from_original` and the command line are the
-fixed entry point's; reading, writing and verifying are already in modules of their own.)
+The command line (options, the summary, `--push-to-hub`, `--to-original`) is `higgs-v3 convert` (`cli/convert`);
+running this file is the same command. `from_original` (a conversion kept in a local cache, then loaded) is
+`conversion/cache`'s.
 """
 
 from __future__ import annotations
 
 
-if __name__ == "__main__" and not __package__:  # pragma: no cover - `python convert_checkpoint.py ...`
-    # Run as a script: import this folder as the `higgs_v3` package so the relative imports below work.
-    import importlib.util as _importlib_util
-    import os as _os
+if __name__ == "__main__":  # pragma: no cover - `python convert_checkpoint.py`, `python -m higgs_v3.convert_checkpoint`
+    # The script is the command line's `convert` under this file's name. Run as a file, this folder is imported as the
+    # `higgs_v3` package first.
     import sys as _sys
 
-    _here = _os.path.dirname(_os.path.abspath(__file__))
-    _spec = _importlib_util.spec_from_file_location(
-        "higgs_v3", _os.path.join(_here, "__init__.py"), submodule_search_locations=[_here]
-    )
-    _package = _importlib_util.module_from_spec(_spec)
-    _sys.modules["higgs_v3"] = _package
-    _spec.loader.exec_module(_package)
-    from higgs_v3.convert_checkpoint import main as _main
+    if not __package__:
+        import importlib.util as _importlib_util
+        import os as _os
 
-    raise SystemExit(_main())
+        _here = _os.path.dirname(_os.path.abspath(__file__))
+        _spec = _importlib_util.spec_from_file_location(
+            "higgs_v3", _os.path.join(_here, "__init__.py"), submodule_search_locations=[_here]
+        )
+        _package = _importlib_util.module_from_spec(_spec)
+        _sys.modules["higgs_v3"] = _package
+        _spec.loader.exec_module(_package)
+    from higgs_v3.cli.main import main as _main
 
-import argparse
-import contextlib
+    raise SystemExit(_main(["convert", *_sys.argv[1:]], convert_prog="convert_checkpoint.py"))
+
 import copy
 import functools
-import hashlib
 import json
 import math
 import os
-import shutil
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from transformers import PretrainedConfig
 from transformers.utils import logging
 
 from .configuration_higgs_v3 import HiggsAudioV3Config, check_codec_config
 from .conversion.repo import (
     AS_HEAD,
-    WEIGHT_DTYPES,
     PlannedTensor,
-    check_hub_push,
     check_output_folder,
     check_shard_size,
-    push_folder_to_hub,
     shard_split,
-    upload_later_hint,
     verify_written_tensors,
     weight_dtype,
     write_model_card,
     write_repo_files,
     write_weights,
 )
-from .conversion.folders import (
-    check_complete,
-    clean_stale_siblings,
-    staging_folder,
-    swap_into_place,
-    write_complete,
-)
+from .conversion.folders import check_outside, output_folder, staged_folder
 from .conversion.original_format import (
     CODEC_PREFIX,
     HEADS,
     ORIGINAL_CODEC_CONFIG_FILE,
-    ORIGINAL_MODEL_TYPE,
     ORIGINAL_REPO_ID,
     REAL_CODEC_CONFIG,
     TEXT_CONFIG_FIELDS,
@@ -110,8 +93,8 @@ from .conversion.original_format import (
     ConversionError,
     OriginalCheckpoint,
     SourceTensor,
+    codec_tensor_shapes,
     map_key,
-    read_codec_config_file,
     read_original,
     read_rows,
     resolve_input,
@@ -121,16 +104,12 @@ from .conversion.verification import verify_conversion
 
 logger = logging.get_logger(__name__)
 
-DTYPES: dict[str, torch.dtype] = WEIGHT_DTYPES
-"""Accepted `--dtype` values for the language model (the codec is always stored in float32): the export's table too
-(`conversion.repo.WEIGHT_DTYPES`)."""
-
 DEFAULT_MAX_SHARD_SIZE: str = "2GB"
 """Largest safetensors shard by default. Shards are written one at a time, so the converter's peak memory is about one
 shard (2 GB against the real checkpoint's 8.5 GB); smaller shards lower it further."""
 
 CONVERTER_VERSION: str = "2"
-"""Bumped when the output of the converter changes (part of `from_original`'s cache key)."""
+"""Bumped when the output of the converter changes (part of the key of `from_original`'s cache, `conversion/cache`)."""
 
 READ_CHUNK_BYTES: int = 64 * 1024 * 1024
 """Largest piece of a tensor held at once when a head is compared with its embedding (rows of the source tensor)."""
@@ -156,16 +135,6 @@ class ConversionResult:
     tie_word_embeddings: bool
     max_abs_diff: float | None = None
     tolerance: float | None = None
-    pushed_to: str | None = None
-
-
-class PushError(ConversionError):
-    """The conversion succeeded but the upload failed: `result` is the complete conversion (its folder is in place);
-    the message says how to upload it later."""
-
-    def __init__(self, message: str, result: ConversionResult):
-        super().__init__(message)
-        self.result = result
 
 
 # ------------------------------------------------------------------------------------------------------------- plan
@@ -186,20 +155,6 @@ def _account_keys(source: OriginalCheckpoint) -> tuple[dict[str, str], dict[str,
             "Refusing to drop them silently; this is not the Higgs Audio v3 format the converter knows."
         )
     return mapped, ignored
-
-
-@functools.lru_cache(maxsize=8)
-def _codec_shapes(codec_config_json: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
-    from .codec_higgs_v3 import HiggsAudioV3Codec
-
-    with torch.device("meta"):
-        codec = HiggsAudioV3Codec.from_codec_config(json.loads(codec_config_json))
-    return tuple((name, tuple(value.shape)) for name, value in codec.state_dict().items())
-
-
-def codec_tensor_shapes(codec_config: dict) -> dict[str, tuple[int, ...]]:
-    """The codec's state_dict names and shapes for `codec_config`, in module order (built on the meta device)."""
-    return dict(_codec_shapes(json.dumps(codec_config, sort_keys=True)))
 
 
 def _codec_candidate(source: OriginalCheckpoint, codec_config: dict | None) -> tuple[str, dict]:
@@ -432,47 +387,11 @@ def plan_conversion(
     return ConversionPlan(config=config, tensors=_plan_targets(source, mapped, config, dtype), ignored=ignored)
 
 
-def _is_empty_dir(path: Path) -> bool:
-    return path.is_dir() and not any(path.iterdir())
-
-
 def _check_options(dtype: str, max_shard_size: int | str) -> torch.dtype:
     """The torch dtype for `--dtype`; a `ConversionError` for an unknown dtype or an unusable shard size."""
     torch_dtype = weight_dtype(dtype)
     check_shard_size(max_shard_size)
     return torch_dtype
-
-
-def _check_output(output_dir: str | os.PathLike, overwrite: bool) -> Path:
-    """The output as an absolute path: a folder that is empty, absent, or may be replaced (`overwrite`)."""
-    output = Path(output_dir).expanduser().absolute()
-    if output.exists() and not output.is_dir():
-        raise ConversionError(f"The output {str(output)!r} exists and is not a folder.")
-    if output.is_dir() and not _is_empty_dir(output) and not overwrite:
-        raise ConversionError(
-            f"The output folder {str(output)!r} is not empty; pass --overwrite (overwrite=True) to replace it."
-        )
-    return output
-
-
-def _check_input(source_dir: Path, output: Path) -> Path:
-    """The resolved input folder, which must not lie inside the output (replacing the output would delete it)."""
-    source_dir = source_dir.resolve()
-    if output.resolve() == source_dir or source_dir.is_relative_to(output.resolve()):
-        raise ConversionError(
-            f"The output folder {str(output)!r} contains the input {str(source_dir)!r}; choose another output."
-        )
-    return source_dir
-
-
-def _swap_into_place(staging: Path, output: Path, overwrite: bool) -> None:
-    """Rename `staging` to `output`; an old output is removed only once the new one is in place
-    (`conversion.folders.swap_into_place`)."""
-    if output.is_dir() and not _is_empty_dir(output) and not overwrite:
-        raise ConversionError(
-            f"The output folder {str(output)!r} became non-empty during the conversion; not replacing it."
-        )
-    swap_into_place(staging, output)
 
 
 def _write_and_verify(
@@ -487,7 +406,7 @@ def _write_and_verify(
     max_abs_diff = tolerance = None
     if verify:
         verify_written_tensors(source, plan.tensors, staging, shards)
-        max_abs_diff, tolerance = verify_conversion(source, plan.config, staging, DTYPES[dtype])
+        max_abs_diff, tolerance = verify_conversion(source, plan.config, staging, weight_dtype(dtype))
     write_model_card(staging, source.directory, plan.config, dtype=dtype, base_model=base_model,
                      max_abs_diff=max_abs_diff, copied_license=copied_license, repo_id=repo_id)
     return shards, max_abs_diff, tolerance
@@ -504,9 +423,7 @@ def convert(
     verify: bool = True,
     codec_config: dict | None = None,
     without_codec: bool = False,
-    push_to_hub: str | None = None,
-    private: bool = False,
-    token: str | None = None,
+    repo_id: str | None = None,
     base_model: str = ORIGINAL_REPO_ID,
     cache_dir: str | None = None,
 ) -> ConversionResult:
@@ -514,349 +431,36 @@ def convert(
 
     The output is assembled in a temporary folder next to `output_dir`, verified (unless `verify=False`), and only
     then renamed into place; a non-empty `output_dir` is refused unless `overwrite`. `codec_config` overrides the
-    codec config (default: the input folder's `higgs_audio_v2_tokenizer_config.json`, else the real one).
-    `push_to_hub` uploads the result with `HfApi.upload_folder`: the Hub and the login are checked before converting,
-    and a failed upload raises `PushError` (whose `result` is the complete conversion). Raises `ConversionError` with
-    the reason.
+    codec config (default: the input folder's `higgs_audio_v2_tokenizer_config.json`, else the real one). `repo_id`:
+    the Hub repo the model card's usage names (the folder is uploaded by `conversion.repo.push_folder_to_hub`).
+    Raises `ConversionError` with the reason.
 
     >>> result = convert("path/to/higgs-audio-v3-tts-4b", "higgs-audio-v3-hf")  # doctest: +SKIP
     >>> result.max_abs_diff <= result.tolerance  # doctest: +SKIP
     True
     """
     torch_dtype = _check_options(dtype, max_shard_size)
-    clean_stale_siblings(Path(output_dir).expanduser().absolute())  # a killed run's leftovers; a lost output restored
-    output = _check_output(output_dir, overwrite)
-    if push_to_hub:  # before a conversion that takes long on the real checkpoint
-        check_hub_push(push_to_hub, token)
-    source_dir = _check_input(resolve_input(input_path, revision=revision, cache_dir=cache_dir), output)
+    output = output_folder(output_dir, overwrite)  # after the cleanup of a killed run's leftovers
+    source_dir = resolve_input(input_path, revision=revision, cache_dir=cache_dir).resolve()
+    check_outside(source_dir, output)
     source = read_original(source_dir)
     plan = plan_conversion(source, torch_dtype, codec_config=codec_config, without_codec=without_codec)
     split = shard_split(plan.tensors, max_shard_size)
 
-    output.parent.mkdir(parents=True, exist_ok=True)
-    staging = staging_folder(output)
-    try:
+    with staged_folder(output, "converting", overwrite=overwrite) as staging:
         shards, max_abs_diff, tolerance = _write_and_verify(
-            source, plan, staging, split, verify=verify, dtype=dtype, base_model=base_model, repo_id=push_to_hub
+            source, plan, staging, split, verify=verify, dtype=dtype, base_model=base_model, repo_id=repo_id
         )
-        _swap_into_place(staging, output, overwrite)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    result = ConversionResult(output, len(plan.tensors), shards, plan.ignored, plan.config.tie_word_embeddings,
-                              max_abs_diff, tolerance)
-    if push_to_hub:
-        try:
-            result.pushed_to = push_folder_to_hub(output, push_to_hub, private=private, token=token)
-        except Exception as error:  # the Hub's errors are many; the folder is complete either way
-            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise PushError(f"The upload to {push_to_hub} failed ({reason}). {upload_later_hint(output, push_to_hub)}",
-                            result) from error
-    return result
-
-
-# ---------------------------------------------------------------------------------------------------- from_original
-def default_cache_dir() -> Path:
-    """Where `from_original` keeps converted checkpoints: `$HF_HOME/higgs_v3/converted`."""
-    from huggingface_hub import constants
-
-    return Path(constants.HF_HOME) / "higgs_v3" / "converted"
-
-
-def _cache_key(source_dir: Path, dtype: str, codec_config: dict | None) -> str:
-    """Converter version, dtype, codec config, the source path and its files' names, sizes and mtimes."""
-    codec = json.dumps(codec_config, sort_keys=True)
-    digest = hashlib.sha256(f"{CONVERTER_VERSION}|{dtype}|{codec}|{source_dir.resolve()}".encode())
-    for path in sorted(source_dir.iterdir()):
-        if path.is_file() and (path.suffix in (".json", ".safetensors", ".jinja")):
-            stat = path.stat()
-            digest.update(f"|{path.name}:{stat.st_size}:{stat.st_mtime_ns}".encode())
-    return digest.hexdigest()[:16]
-
-
-def converted_path(
-    repo_or_dir: str | os.PathLike,
-    cache_dir: str | os.PathLike | None = None,
-    *,
-    revision: str | None = None,
-    dtype: str = "bfloat16",
-    codec_config: dict | None = None,
-    verify: bool = True,
-) -> Path:
-    """Convert an original checkpoint once into `cache_dir` (default `default_cache_dir()`) and return the converted
-    folder; later calls with the same source (same files, same revision), dtype and codec config return the cached
-    folder at once. An entry ends with a completion marker (sizes and sha256 of its files,
-    `conversion/folders`): an entry without it, or with a file missing or of another size, is reported in one
-    warning and converted again; concurrent calls for one entry convert it once (a lock on the cache folder)."""
-    source_dir = resolve_input(repo_or_dir, revision=revision).resolve()
-    cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    target = cache / f"{source_dir.name}-{_cache_key(source_dir, dtype, codec_config)}"
-    if target.exists() and check_complete(target) is None:
-        clean_stale_siblings(target)  # what a killed earlier call left beside a complete entry
-        return target
-    cache.mkdir(parents=True, exist_ok=True)
-    with _cache_lock(cache):
-        clean_stale_siblings(target)
-        if target.exists():
-            problem = check_complete(target)
-            if problem is None:  # converted by a concurrent call while this one waited
-                return target
-            logger.warning(f"The cached conversion {str(target)!r} is damaged ({problem}); converting it again.")
-        convert(source_dir, target, dtype=dtype, overwrite=True, verify=verify, codec_config=codec_config)
-        write_complete(target)
-    return target
-
-
-@contextlib.contextmanager
-def _cache_lock(cache: Path):
-    """An exclusive lock on the cache folder while an entry is converted, so concurrent calls convert it once (no
-    lock where fcntl is missing). A complete entry is returned without waiting for it."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not on POSIX: concurrent conversions of one entry may both run
-        yield
-        return
-    descriptor = os.open(cache, os.O_RDONLY)
-    try:
-        fcntl.flock(descriptor, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(descriptor)  # closing releases the lock
-
-
-def from_original(
-    repo_or_dir: str | os.PathLike,
-    cache_dir: str | os.PathLike | None = None,
-    *,
-    revision: str | None = None,
-    dtype: str = "bfloat16",
-    codec_config: dict | None = None,
-    verify: bool = True,
-    with_processor: bool = False,
-    **from_pretrained_kwargs,
-):
-    """Load the original checkpoint (Hub id such as `bosonai/higgs-audio-v3-tts-4b`, or a local folder) as a
-    `HiggsAudioV3ForConditionalGeneration`: converted and verified once into a local cache, then loaded from there.
-    With `with_processor=True`, returns the pair `(model, processor)` (the `HiggsAudioV3Processor` of the same
-    converted folder); else the model alone.
-
-    >>> model, processor = from_original("bosonai/higgs-audio-v3-tts-4b", with_processor=True)  # doctest: +SKIP
-    >>> model.generate(**processor("Hello there."), return_dict_in_generate=True).audio  # doctest: +SKIP
-    """
-    from .modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
-
-    path = converted_path(
-        repo_or_dir, cache_dir, revision=revision, dtype=dtype, codec_config=codec_config, verify=verify
-    )
-    from_pretrained_kwargs.setdefault("dtype", "auto")
-    model = HiggsAudioV3ForConditionalGeneration.from_pretrained(path, **from_pretrained_kwargs)
-    if not with_processor:
-        return model
-    from .processing_higgs_v3 import HiggsAudioV3Processor
-
-    return model, HiggsAudioV3Processor.from_pretrained(path)
-
-
-# *** Higgs v3 specific: the original repo has no `auto_map`, so `AutoProcessor.from_pretrained` on it would quietly
-# return a plain tokenizer (which builds no TTS prompt). Once this module is imported (`from_original` and the converter
-# import it), its model type is known to the auto classes and `AutoProcessor` / `AutoModel` raise an error that says
-# what to do.
-# Without this package imported, transformers cannot know the original format (nothing of ours is in that repo). ***
-class HiggsAudioV3OriginalFormatConfig(PretrainedConfig):
-    """The original checkpoint's config as the auto classes see it (`model_type` "higgs_multimodal_qwen3"): only a
-    marker, so that `AutoProcessor` can refuse the folder (see `HiggsAudioV3OriginalFormatProcessor`)."""
-
-    model_type = ORIGINAL_MODEL_TYPE
-
-
-def _original_format_error(name: str, what: str) -> ValueError:
-    return ValueError(
-        f"{name!r} is an original Higgs Audio v3 checkpoint, which has no {what}: load it with "
-        f"`model, processor = higgs_v3.from_original({name!r}, with_processor=True)` (converted once into a local "
-        "cache), or convert it with convert_checkpoint.py and load the converted folder."
-    )
-
-
-class HiggsAudioV3OriginalFormatProcessor:
-    """What `AutoProcessor.from_pretrained` finds for an original-format checkpoint: an error pointing to
-    `from_original` and the converter."""
-
-    @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
-        raise _original_format_error(str(pretrained_model_name_or_path), "processor")
-
-
-class HiggsAudioV3OriginalFormatModel:
-    """What `AutoModel` / `AutoModelForTextToWaveform` find for an original-format checkpoint: the same error (in place
-    of transformers' list of every configuration class it knows)."""
-
-    config_class = HiggsAudioV3OriginalFormatConfig
-
-    @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
-        raise _original_format_error(str(pretrained_model_name_or_path), "model code for transformers (no auto_map)")
-
-
-def _register_original_format() -> None:
-    from transformers import AutoConfig, AutoModel, AutoModelForTextToWaveform, AutoProcessor
-
-    try:
-        AutoConfig.register(ORIGINAL_MODEL_TYPE, HiggsAudioV3OriginalFormatConfig)
-        AutoProcessor.register(HiggsAudioV3OriginalFormatConfig, HiggsAudioV3OriginalFormatProcessor)
-        AutoModel.register(HiggsAudioV3OriginalFormatConfig, HiggsAudioV3OriginalFormatModel)
-        AutoModelForTextToWaveform.register(HiggsAudioV3OriginalFormatConfig, HiggsAudioV3OriginalFormatModel)
-    except ValueError:  # already registered (a second import of this package)
-        pass
-
-
-_register_original_format()
-# *** end Higgs v3 specific ***
-
-
-# ------------------------------------------------------------------------------------------------------ command line
-EXIT_USER_ERROR = 2
-"""The exit code of a fault of the input, output or options (as `higgs-v3 convert` and argparse exit)."""
-
-
-def _shard_size_argument(text: str) -> int | str:
-    """A number of bytes as an `int`; anything else is left for `huggingface_hub` to parse (`5GB`, `500MB`)."""
-    return int(text) if text.isdigit() else text
-
-
-class _OneLineParser(argparse.ArgumentParser):
-    """argparse whose usage errors are one line and exit code 2 (as `higgs-v3`'s)."""
-
-    def error(self, message: str):
-        self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
-def _parser(prog: str) -> argparse.ArgumentParser:
-    parser = _OneLineParser(
-        prog=prog, description="Convert the original Higgs Audio v3 checkpoint into a verified Transformers repo."
-    )
-    parser.add_argument("--input", required=True, help=f"original folder or Hub repo id (e.g. {ORIGINAL_REPO_ID})")
-    parser.add_argument("--revision", default=None, help="Hub revision (branch, tag or commit) of --input")
-    parser.add_argument("--output", required=True, help="folder to write (must be empty unless --overwrite)")
-    parser.add_argument(
-        "--dtype", default="bfloat16", choices=sorted(DTYPES), help="language model dtype (the codec stays float32)"
-    )
-    parser.add_argument("--max-shard-size", default=DEFAULT_MAX_SHARD_SIZE, type=_shard_size_argument,
-                        help=f"largest safetensors shard (default {DEFAULT_MAX_SHARD_SIZE}; the converter's peak memory "
-                        "is about one shard): 2GB, 500MB (KB, MB, GB, TB) or a number of bytes")
-    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
-    parser.add_argument("--push-to-hub", default=None, metavar="REPO_ID", help="upload the result in one commit")
-    parser.add_argument("--private", action="store_true", help="create the Hub repo as private")
-    parser.add_argument("--codec-config", default=None, metavar="FILE",
-                        help=f"the codec's config as JSON (default: {ORIGINAL_CODEC_CONFIG_FILE} in the input folder, "
-                        "else the real codec's)")
-    parser.add_argument("--without-codec", action="store_true", help="convert the language model only")
-    parser.add_argument("--no-verify", action="store_true", help="skip the verification (not recommended)")
-    # *** export (conversion.export): the other direction ***
-    parser.add_argument("--to-original", action="store_true",
-                        help="the other direction: write the converted (or fine-tuned) repo --input in the original "
-                        "layout (for vllm-omni / sglang-omni); takes --output, --dtype, --max-shard-size, --overwrite")
-    parser.add_argument("--original", default=None, metavar="DIR",
-                        help="with --to-original: the original checkpoint the repo was converted from (the codec's "
-                        "training-only tensor is copied from it, else zeros; and its chat_template.jinja when the repo "
-                        "no longer keeps the original's)")
-    return parser
-
-
-def _export_main(args) -> int:
-    """`--to-original`: the export, printed as the conversion is. Options of the other direction are refused."""
-    from .conversion.export import export_to_original
-
-    given = [flag for flag, value in (("--revision", args.revision), ("--push-to-hub", args.push_to_hub),
-                                      ("--codec-config", args.codec_config), ("--without-codec", args.without_codec),
-                                      ("--no-verify", args.no_verify), ("--private", args.private)) if value]
-    if given:
-        raise ConversionError(f"{', '.join(given)} do(es) not apply to --to-original (it takes --input, --output, "
-                              "--dtype, --max-shard-size, --overwrite and --original).")
-    result = export_to_original(args.input, args.output, dtype=args.dtype, max_shard_size=args.max_shard_size,
-                                overwrite=args.overwrite, original=args.original)
-    print(f"Exported {result.num_tensors} tensors ({result.dtype}) in the original layout into {result.output_dir} "
-          f"({', '.join(result.shards)}).")
-    for name, how in sorted(result.filled.items()):
-        print(f"  {name}: {how}")
-    return 0
-    # *** end export ***
-
-
-def main(argv: list[str] | None = None, prog: str = "convert_checkpoint.py") -> int:
-    """The command line: convert, print what was written, ignored and verified. Returns 0; 2 after printing a fault
-    of the input, output or options (`ConversionError` and every other `ValueError` / `OSError`) as one line; 130 when
-    interrupted (the output is left as it was). `HIGGS_V3_DEBUG=1` shows the traceback instead."""
-    args = _parser(prog).parse_args(argv)
-    if args.original is not None and not args.to_original:
-        print(f"{prog}: error: --original only applies to --to-original.", file=sys.stderr)
-        return EXIT_USER_ERROR
-    try:
-        if args.to_original:
-            return _export_main(args)
-        result = convert(
-            args.input,
-            args.output,
-            revision=args.revision,
-            dtype=args.dtype,
-            max_shard_size=args.max_shard_size,
-            overwrite=args.overwrite,
-            verify=not args.no_verify,
-            codec_config=read_codec_config_file(args.codec_config) if args.codec_config else None,
-            without_codec=args.without_codec,
-            push_to_hub=args.push_to_hub,
-            private=args.private,
-        )
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted; the output was left as it was.", file=sys.stderr)
-        return 130
-    except PushError as error:  # the conversion is complete: its summary, then the failed upload (not a user fault)
-        _print_summary(error.result)
-        print(f"{prog}: error: {error}", file=sys.stderr)
-        return 1
-    except (ValueError, OSError) as error:  # ConversionError is a ValueError
-        if os.environ.get("HIGGS_V3_DEBUG"):
-            raise
-        message = " ".join(str(error).split()) or type(error).__name__
-        if isinstance(error, FileNotFoundError) and error.filename and "No such file" in message:
-            message = f"{error.filename!s} does not exist."
-        print(f"{prog}: error: {message}", file=sys.stderr)
-        return EXIT_USER_ERROR
-    _print_summary(result)
-    if result.pushed_to:
-        print(f"Pushed to {result.pushed_to}")
-    return 0
-
-
-def _print_summary(result: ConversionResult) -> None:
-    print(f"Converted {result.num_tensors} tensors into {result.output_dir} ({', '.join(result.shards)}).")
-    for name, reason in sorted(result.ignored.items()):
-        print(f"  ignored {name}: {reason}")
-    if result.max_abs_diff is not None:
-        print(f"Verified: max |diff| of the audio logits = {result.max_abs_diff:.3e} "
-              f"(tolerance {result.tolerance:.3e}).")
-    else:
-        print("Not verified (--no-verify).")
+    return ConversionResult(output, len(plan.tensors), shards, plan.ignored, plan.config.tie_word_embeddings,
+                            max_abs_diff, tolerance)
 
 
 __all__ = [
     "ConversionError",
     "ConversionPlan",
     "ConversionResult",
-    "DTYPES",
-    "HiggsAudioV3OriginalFormatConfig",
-    "HiggsAudioV3OriginalFormatModel",
-    "HiggsAudioV3OriginalFormatProcessor",
-    "PushError",
     "build_config",
-    "codec_tensor_shapes",
     "convert",
-    "converted_path",
-    "default_cache_dir",
-    "from_original",
-    "main",
     "plan_conversion",
 ]
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

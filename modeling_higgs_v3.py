@@ -19,18 +19,14 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 from transformers.utils import can_return_tuple, logging
 
 from .audio_io_higgs_v3 import TARGET_ADVICE, AudioLike, HiggsAudioV3Voice, prepare_reference_waveform
-from .chunking_higgs_v3 import DialogueLine  # noqa: F401 (imported by longform; see below)
 from .codec_higgs_v3 import HiggsAudioV3Codec, codec_device_map, place_codec
 from .compat_higgs_v3 import CACHE_KWARG, prepare_generation_config, replicated
 from .configuration_higgs_v3 import HiggsAudioV3Config
 from .delay_higgs_v3 import check_codes
 from .generation_higgs_v3 import MAX_NEW_TOKENS, HiggsAudioV3GenerationMixin, default_generation_config
-from .longform_higgs_v3 import SpeechResult
-from .longform_higgs_v3 import synthesize_dialogue as _synthesize_dialogue
-from .longform_higgs_v3 import synthesize_long as _synthesize_long
-from .processing_higgs_v3 import HiggsAudioV3Processor  # noqa: F401 (imported by chunking; see below)
 from .sampling_higgs_v3 import HiggsAudioV3SeededSampler  # noqa: F401 (imported by generation; see below)
 from .streaming_higgs_v3 import HiggsAudioV3AudioStreamer
+
 
 # transformers 5.5 copies only the *direct* relative imports of this file when it loads a local folder with
 # `trust_remote_code=True`, so every module of the chain is imported here, directly.
@@ -289,35 +285,6 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
     def audio_streamer(self, **kwargs) -> HiggsAudioV3AudioStreamer:
         """A `HiggsAudioV3AudioStreamer` of waveform chunks for `generate(..., streamer=...)`; its keyword arguments."""
         return HiggsAudioV3AudioStreamer(self, **kwargs)
-
-    # ------------------------------------------------------------------ long-form speech (thin delegates)
-    def synthesize_long(self, processor: HiggsAudioV3Processor, text: str, **kwargs) -> SpeechResult:
-        r"""Speak a text of any length with a stable voice: `longform_higgs_v3.synthesize_long(self, processor, text,
-        **kwargs)` (the text split into chunks, generated in batches, joined with pauses; the options are that
-        function's: `reference`, `reference_text`, `max_chars`, `pause_seconds`, `batch_size`, `seed`, `max_seconds`,
-        `progress` and generation options). Works from a Hub repo alone (the module ships as remote code).
-
-        ```python
-        >>> result = model.synthesize_long(processor, open("chapter.txt").read(), seed=0)  # doctest: +SKIP
-        >>> result.save("chapter.wav")  # doctest: +SKIP
-        ```
-        """
-        return _synthesize_long(self, processor, text, **kwargs)
-
-    def synthesize_dialogue(
-        self, processor: HiggsAudioV3Processor, script: str | list, voices: dict | None = None, **kwargs
-    ) -> SpeechResult:
-        r"""Speak a dialogue script (`[Name] text` lines, `DialogueLine`s or `(speaker, text)` pairs), each speaker
-        with their voice: `longform_higgs_v3.synthesize_dialogue(self, processor, script, voices, **kwargs)`
-        (options: `auto_voices`, `max_chars`, `pause_seconds`, `batch_size`, `seed`, `max_seconds`, `progress` and
-        generation options).
-
-        ```python
-        >>> result = model.synthesize_dialogue(processor, "[Ann] Hi!\n[Bob] Hello.", auto_voices=True)  # doctest: +SKIP
-        >>> [waveform for _, waveform in result.line_waveforms()]  # doctest: +SKIP
-        ```
-        """
-        return _synthesize_dialogue(self, processor, script, voices, **kwargs)
 
     # ------------------------------------------------------------------ forward
     @can_return_tuple

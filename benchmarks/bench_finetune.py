@@ -7,7 +7,7 @@
    audio head) over the two examples of the overfit test (batch 2), full fine-tuning with and
    without gradient checkpointing and LoRA (rank `--rank`, width 128 as in the test); optimizer steps per second and
    trained positions per second, after 5 warm-up steps.
-2. **Computed** from the shapes (`finetune.estimate_lora_memory`), never measured: the memory of a LoRA run
+2. **Computed** from the shapes (`estimate_lora_memory`, below), never measured: the memory of a LoRA run
    of the real 4B model at batch 1 (bf16 weights, codec fp32, gradient checkpointing) for examples of `--positions`
    positions. The codec's parameters are counted on the meta device from the real codec config.
 
@@ -25,6 +25,54 @@ from pathlib import Path
 
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the package's parent, for a checkout's `benchmarks/`
+
+
+def lora_parameter_count(config, rank: int = 16) -> int:
+    """Parameters LoRA adds on `training.finetune.BACKBONE_PROJECTIONS` (`rank * (in + out)` per projection), from a
+    config's shapes."""
+    hidden, inter = config.hidden_size, config.intermediate_size
+    query, key_value = config.num_attention_heads * config.head_dim, config.num_key_value_heads * config.head_dim
+    shapes = [(hidden, query), (hidden, key_value), (hidden, key_value), (query, hidden),
+              (hidden, inter), (hidden, inter), (inter, hidden)]
+    return config.num_hidden_layers * sum(rank * (fan_in + fan_out) for fan_in, fan_out in shapes)
+
+
+def backbone_parameter_count(config) -> int:
+    """Parameters of everything but the codec (token and fused audio embeddings, both heads tied to them, the decoder
+    layers with their norms), from a config's shapes."""
+    hidden, inter, head_dim = config.hidden_size, config.intermediate_size, config.head_dim
+    query, key_value = config.num_attention_heads * head_dim, config.num_key_value_heads * head_dim
+    layer = hidden * (query + 2 * key_value) + query * hidden + 3 * hidden * inter + 2 * hidden + 2 * head_dim
+    return config.vocab_size * hidden + config.audio_vocab_size * hidden + config.num_hidden_layers * layer + hidden
+
+
+def estimate_lora_memory(config, positions: int, rank: int = 16, codec_parameters: int = 0) -> dict[str, int]:
+    r"""Bytes a LoRA run needs at batch 1, **computed from the shapes** (not measured): bf16 weights with the codec in
+    fp32, fp32 adapters (PEFT's default) with their gradients and AdamW's two moments, and the activations of one
+    `positions`-long example under gradient checkpointing with a fused attention kernel (SDPA / flash: no
+    `positions^2` matrix) and LoRA dropout 0. Framework overhead (CUDA context, allocator slack) is not included.
+
+    - `checkpoints`: each decoder layer's input, kept for the backward pass: `layers * positions * hidden` bf16.
+    - `layer_recompute`: one layer's saved tensors while it is recomputed and differentiated (the normed inputs, q /
+      k / v before and after their norm and rotary embedding, the attention output, the MLP's gate, up, activation
+      and product, the projections' outputs: `positions * (5 hidden + 3 q + 3 kv + 4 intermediate)` bf16 values),
+      doubled for their gradients.
+    - `head_and_loss`: the audio logits (bf16), their fp32 copy in the loss, its log-softmax and its gradient:
+      `positions * num_codebooks * codebook_size * (2 + 3 * 4)` bytes. The 151936-wide text head never runs."""
+    hidden, inter = config.hidden_size, config.intermediate_size
+    query, key_value = config.num_attention_heads * config.head_dim, config.num_key_value_heads * config.head_dim
+    lora = lora_parameter_count(config, rank)
+    per_position = 5 * hidden + 2 * query + query + 2 * key_value + key_value + 4 * inter  # saved per layer, bf16
+    parts = {
+        "weights_bf16": 2 * backbone_parameter_count(config),
+        "codec_fp32": 4 * codec_parameters,
+        "lora_weights_grads_adam": 16 * lora,
+        "checkpoints": 2 * config.num_hidden_layers * positions * hidden,
+        "layer_recompute": 2 * 2 * positions * per_position,
+        "head_and_loss": positions * config.num_codebooks * config.codebook_size * (2 + 3 * 4),
+    }
+    parts["total"] = sum(parts.values())
+    return parts
 
 
 def tiny_throughput(steps: int, rank: int) -> list[dict]:
@@ -88,7 +136,6 @@ def real_memory(positions: list[int], rank: int) -> list[dict]:
     from higgs_v3 import HiggsAudioV3Config
     from higgs_v3.codec_higgs_v3 import HiggsAudioV3Codec
     from higgs_v3.conversion.original_format import REAL_CODEC_CONFIG
-    from higgs_v3.training.finetune import estimate_lora_memory, lora_parameter_count
 
     config = HiggsAudioV3Config()  # the real model's shapes (spec/reference/config.json)
     with torch.device("meta"):

@@ -36,9 +36,9 @@ def real_model_parts() -> dict[str, int]:
     """Element counts of the real model by part: the layers' projections, the norms, the token embedding, the fused
     audio embedding (the audio head is tied to it, the text head to the token embedding), the codec; and the rows of
     the projections (one int8 scale per output row)."""
-    from higgs_v3.conversion.original_format import REAL_CODEC_CONFIG
-    from higgs_v3.convert_checkpoint import codec_tensor_shapes
-    from higgs_v3.conversion.original_format import AUDIO_EMBEDDING, TEXT_EMBEDDING, original_config, original_lm_shapes
+    from higgs_v3.conversion.original_format import (
+        AUDIO_EMBEDDING, REAL_CODEC_CONFIG, TEXT_EMBEDDING, codec_tensor_shapes, original_config, original_lm_shapes,
+    )
 
     shapes = original_lm_shapes(original_config())
     parts = {"linear": 0, "linear_rows": 0, "norms": 0, "embed_tokens": 0, "audio_embed": 0}

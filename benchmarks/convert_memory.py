@@ -40,9 +40,9 @@ def write_synthetic_original(directory: Path, *, hidden: int, layers: int, seed:
     import torch
     from safetensors.torch import save_file
 
-    from higgs_v3.conversion.original_format import REAL_CODEC_CONFIG
-    from higgs_v3.convert_checkpoint import codec_tensor_shapes
-    from higgs_v3.conversion.original_format import CODEC_EXTRA_KEY, CODEC_PREFIX, original_config, original_lm_shapes
+    from higgs_v3.conversion.original_format import (
+        CODEC_PREFIX, REAL_CODEC_CONFIG, codec_tensor_shapes, original_config, original_lm_shapes,
+    )
     from higgs_v3.testing.tiny import random_lm_tensor, write_codec_config_file, write_original_metadata
 
     config = original_config(
@@ -55,9 +55,7 @@ def write_synthetic_original(directory: Path, *, hidden: int, layers: int, seed:
     )
     generator = torch.Generator().manual_seed(seed)
     tensors = {name: random_lm_tensor(name, shape, generator) for name, shape in original_lm_shapes(config).items()}
-    codec = codec_tensor_shapes(REAL_CODEC_CONFIG)
-    codec[CODEC_EXTRA_KEY] = (REAL_CODEC_CONFIG["semantic_model_config"]["hidden_size"],)
-    for name, shape in codec.items():
+    for name, shape in codec_tensor_shapes(REAL_CODEC_CONFIG, original=True).items():
         tensors[CODEC_PREFIX + name] = (0.02 * torch.randn(shape, generator=generator)).to(torch.bfloat16)
     save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
     total = sum(t.numel() * t.element_size() for t in tensors.values())

@@ -35,9 +35,7 @@ processes' items) and prints the summary.
 
 from __future__ import annotations
 
-import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -63,9 +61,6 @@ MANIFEST_KEYS: dict[str, str] = {
 
 AUDIO_SUFFIXES: tuple[str, ...] = (".wav", ".flac", ".ogg")
 """Output suffixes written as such; any other name gets `.wav` appended."""
-
-EXIT_ERROR = 2
-
 
 @dataclass(frozen=True)
 class BatchItem:
@@ -121,12 +116,37 @@ def _output_name(value, where: str) -> str:
     return name if Path(name).suffix.lower() in AUDIO_SUFFIXES else name + ".wav"
 
 
+def _source_file(value, key: str, manifest: Path, where: str, loaded: set[str]) -> str | None:
+    """A line's `voice` or `reference`: None, an http(s) URL of a clip (fetched when the item is spoken, as the API
+    fetches it), or a file read from the manifest's folder and loaded as the library loads it (a voice with
+    `HiggsAudioV3Voice.load`, a clip with `prepare_reference_waveform`), so that a bad one is refused before any
+    model work, naming the line. Returns the resolved path (or the URL)."""
+    from ..audio_io_higgs_v3 import HiggsAudioV3Voice, is_audio_url, prepare_reference_waveform
+
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{where}: '{key}' must be a file path, got {value!r}.")
+    if key == "reference" and is_audio_url(value):
+        return value.strip()
+    file = (manifest.parent / Path(value).expanduser()).resolve()
+    if not file.is_file():
+        raise ValueError(f"{where}: the {key} file {value!r} does not exist (relative paths are read from the "
+                         f"manifest's folder, {str(manifest.parent.resolve())!r}).")
+    if str(file) not in loaded:
+        try:
+            HiggsAudioV3Voice.load(file) if key == "voice" else prepare_reference_waveform(file)
+        except (ValueError, OSError) as error:
+            raise ValueError(f"{where}: {' '.join(str(error).split())}") from error
+        loaded.add(str(file))
+    return str(file)
+
+
 def read_manifest(path: str | os.PathLike, base_seed: int = 0) -> list[BatchItem]:
-    """The items of a JSONL manifest, each line checked (keys, types, seeds, files, unique outputs). Relative paths are
-    read from the manifest's folder. A line without `seed` gets `base_seed` plus its index (0-based, over the items),
+    """The items of a JSONL manifest, each line checked (keys, types, seeds, files loaded, unique outputs). Relative
+    paths are read from the manifest's folder. A line without `seed` gets `base_seed` plus its index (0-based, over the items),
     flagged `default_seed` (`run_batch` moves it with `assign_default_seeds` where other chunks use it). Raises
     `ValueError` naming the line, or `OSError` when the manifest cannot be read."""
-    from ..audio_io_higgs_v3 import is_audio_url
     from ..sampling_higgs_v3 import check_seed
 
     path = Path(path)
@@ -136,6 +156,7 @@ def read_manifest(path: str | os.PathLike, base_seed: int = 0) -> list[BatchItem
         raise ValueError(f"The manifest {str(path)!r} is not UTF-8 text ({error}).") from error
     items: list[BatchItem] = []
     outputs: dict[str, int] = {}
+    loaded: set[str] = set()  # voice and clip files already loaded (many lines may share one)
     for number, raw in enumerate(lines, start=1):
         if not raw.strip():
             continue
@@ -163,21 +184,7 @@ def read_manifest(path: str | os.PathLike, base_seed: int = 0) -> list[BatchItem
             raise ValueError(f"{where} has both 'voice' and 'reference'; give one.")
         if entry.get("reference_text") is not None and entry.get("reference") is None:
             raise ValueError(f"{where} has 'reference_text' without 'reference' (a saved voice carries its transcript).")
-        files = {}
-        for key in ("voice", "reference"):
-            value = entry.get(key)
-            if value is None:
-                continue
-            if not isinstance(value, str) or not value.strip():
-                raise ValueError(f"{where}: '{key}' must be a file path, got {value!r}.")
-            if key == "reference" and is_audio_url(value):  # fetched when the item is spoken, as the API fetches it
-                files[key] = value.strip()
-                continue
-            file = (path.parent / Path(value).expanduser()).resolve()
-            if not file.is_file():
-                raise ValueError(f"{where}: the {key} file {value!r} does not exist (relative paths are read from the "
-                                 f"manifest's folder, {str(path.parent.resolve())!r}).")
-            files[key] = str(file)
+        files = {key: _source_file(entry.get(key), key, path, where, loaded) for key in ("voice", "reference")}
         reference_text = entry.get("reference_text")
         if reference_text is not None and not isinstance(reference_text, str):
             raise ValueError(f"{where}: 'reference_text' must be a string, got {reference_text!r}.")
@@ -203,15 +210,6 @@ def _read_record(out_dir: Path, item: BatchItem) -> dict | None:
     except (OSError, ValueError):
         return None  # a damaged record: the item is generated again
     return record if {key: record.get(key) for key in item.record_key()} == item.record_key() else None
-
-
-def _write_text_atomically(path: Path, text: str) -> None:
-    """`text` into `path` with `audio_io_higgs_v3.atomic_output` (flushed to disk, then renamed into place): a reader
-    sees the old file or the whole new one."""
-    from ..audio_io_higgs_v3 import atomic_output
-
-    with atomic_output(path) as temporary:
-        temporary.write_text(text, encoding="utf-8")
 
 
 # ============================================================================================= the run
@@ -270,30 +268,16 @@ def run_batch(
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
     max_chars = max_chars or DEFAULT_MAX_CHARS
-    for item in items:  # fail before any generation: tags, transcripts, the seed of the item's last chunk
-        processor.check_text(item.text, f"the text of line {item.line}")
-        if item.reference_text is not None:
-            processor.check_text(item.reference_text, f"the reference text of line {item.line}")
-    items = assign_default_seeds(processor, items, max_chars)
-    for item in items:
-        _check_chunk_seeds(processor, item, max_chars)
+    items = _checked_items(processor, items, max_chars)
     (out_dir / RECORDS_DIR).mkdir(parents=True, exist_ok=True)
     pending = [item for item in items if _read_record(out_dir, item) is None]
-    rank, world = (state.process_index, state.num_processes) if state is not None else (0, 1)
-    if state is not None:
-        state.wait_for_everyone()  # every process listed the same pending items before any writes
-    if state is not None and world > 1:
-        with state.split_between_processes(pending) as share:
-            mine = list(share)
-    else:
-        mine = pending
+    rank, world, mine = _share(state, pending)
     written, seconds = [], 0.0
     bar = _progress_bar(len(mine), rank, world) if progress else None
     try:
         for start in range(0, len(mine), batch_size):
             spoken = _speak_group(model, processor, mine[start:start + batch_size], batch_size=batch_size,
-                                     max_chars=max_chars, max_seconds=max_seconds,
-                                     generate_kwargs=generate_kwargs)
+                                  max_chars=max_chars, max_seconds=max_seconds, generate_kwargs=generate_kwargs)
             for item, waveform, chunks in spoken:
                 seconds += _write_item(out_dir, item, waveform, chunks, model.config.sampling_rate, rank)
                 written.append(item.output)
@@ -302,23 +286,61 @@ def run_batch(
     finally:
         if bar is not None:
             bar.close()
-    all_written = {rank: written}
-    if state is not None and world > 1:
-        from accelerate.utils import gather_object
-
-        gathered = gather_object([(rank, written, seconds)])
-        all_written = {r: names for r, names, _ in gathered}
-        seconds = sum(s for _, _, s in gathered)
-        state.wait_for_everyone()
+    all_written, seconds = _gather(state, world, rank, written, seconds)
     summary = BatchSummary(total=len(items), written=all_written, skipped=len(items) - len(pending),
                            audio_seconds=seconds)
     if rank == 0:
-        records = [_read_record(out_dir, item) for item in items]
-        lines = [json.dumps(record, ensure_ascii=False) for record in records if record is not None]
-        _write_text_atomically(out_dir / RESULTS_FILE, "\n".join(lines) + "\n")
-        summary.unfinished = [record["output"] for record in records if record is not None and not record["finished"]]
+        summary.unfinished = _write_results(out_dir, items)
     summary.wall_seconds = time.perf_counter() - began
     return summary
+
+
+def _checked_items(processor, items: list[BatchItem], max_chars: int) -> list[BatchItem]:
+    """Before any generation: every text and transcript (`processor.check_text`), then the default seeds placed
+    (`assign_default_seeds`) and the seed of every item's last chunk checked. Returns the items with their seeds."""
+    for item in items:
+        processor.check_text(item.text, f"the text of line {item.line}")
+        if item.reference_text is not None:
+            processor.check_text(item.reference_text, f"the reference text of line {item.line}")
+    items = assign_default_seeds(processor, items, max_chars)
+    for item in items:
+        _check_chunk_seeds(processor, item, max_chars)
+    return items
+
+
+def _share(state, pending: list[BatchItem]) -> tuple[int, int, list[BatchItem]]:
+    """`(rank, world, this process's pending items)`: all of them in one process; with several, every process waits
+    until all have listed the same pending items (before any writes), then takes its share."""
+    if state is None:
+        return 0, 1, pending
+    state.wait_for_everyone()
+    if state.num_processes == 1:
+        return state.process_index, 1, pending
+    with state.split_between_processes(pending) as share:
+        return state.process_index, state.num_processes, list(share)
+
+
+def _gather(state, world: int, rank: int, written: list[str], seconds: float) -> tuple[dict[int, list[str]], float]:
+    """Every process's written outputs (by rank) and the seconds of audio they wrote, on the main process."""
+    if state is None or world == 1:
+        return {rank: written}, seconds
+    from accelerate.utils import gather_object
+
+    gathered = gather_object([(rank, written, seconds)])
+    state.wait_for_everyone()
+    return {r: names for r, names, _ in gathered}, sum(s for _, _, s in gathered)
+
+
+def _write_results(out_dir: Path, items: list[BatchItem]) -> list[str]:
+    """`results.jsonl`: the record of every complete item, in manifest order, written atomically. Returns the outputs
+    whose speech was cut at the length limit."""
+    from ..audio_io_higgs_v3 import atomic_output
+
+    records = [record for record in (_read_record(out_dir, item) for item in items) if record is not None]
+    with atomic_output(out_dir / RESULTS_FILE) as temporary:
+        temporary.write_text("\n".join(json.dumps(record, ensure_ascii=False) for record in records) + "\n",
+                             encoding="utf-8")
+    return [record["output"] for record in records if not record["finished"]]
 
 
 def assign_default_seeds(processor, items: list[BatchItem], max_chars: int) -> list[BatchItem]:
@@ -363,24 +385,19 @@ def assign_default_seeds(processor, items: list[BatchItem], max_chars: int) -> l
 
 def _check_chunk_seeds(processor, item: BatchItem, max_chars: int) -> None:
     """Chunk `k` of the item is spoken with seed `item.seed + k` (`_speak_group`, with the same chunker): the seed of
-    its last chunk must be a valid seed too. A `ValueError` naming the manifest line otherwise."""
+    its last chunk must be a valid seed too (`check_seed`). A `ValueError` naming the manifest line otherwise."""
     from ..longform_higgs_v3 import speech_jobs
-    from ..sampling_higgs_v3 import SEED_LIMIT, check_seed
+    from ..sampling_higgs_v3 import check_seed
 
-    check_seed(item.seed, f"the seed of line {item.line}")
-    chunks = len(speech_jobs(processor, item.text, max_chars))
-    if item.seed + chunks - 1 >= SEED_LIMIT:
-        raise ValueError(
-            f"The seed of line {item.line} ({item.seed}) is too large for its text's {chunks} chunks: chunk k is "
-            f"spoken with seed + k, which must stay below 2**{SEED_LIMIT.bit_length() - 1}; give a seed of at most "
-            f"{SEED_LIMIT - chunks}."
-        )
+    check_seed(item.seed, f"The seed of line {item.line}")
+    last = len(speech_jobs(processor, item.text, max_chars)) - 1
+    check_seed(item.seed + last, f"The seed of line {item.line}'s last chunk (seed + {last})")
 
 
 def _write_item(out_dir: Path, item: BatchItem, waveform, chunks, sampling_rate: int, rank: int) -> float:
     """The item's audio (`save_audio`, itself atomic), then its record, written atomically. Returns its duration in
     seconds."""
-    from ..audio_io_higgs_v3 import save_audio
+    from ..audio_io_higgs_v3 import atomic_output, save_audio
 
     save_audio(waveform, out_dir / item.output, sampling_rate)
     duration = waveform.shape[-1] / sampling_rate
@@ -390,7 +407,8 @@ def _write_item(out_dir: Path, item: BatchItem, waveform, chunks, sampling_rate:
         "unfinished_chunks": [k for k, chunk in enumerate(chunks) if not chunk.finished],
         "chunk_seeds": [chunk.seed for chunk in chunks], "process": rank,
     }
-    _write_text_atomically(_record_path(out_dir, item), json.dumps(record, ensure_ascii=False, indent=1) + "\n")
+    with atomic_output(_record_path(out_dir, item)) as temporary:
+        temporary.write_text(json.dumps(record, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
     return duration
 
 
@@ -403,48 +421,18 @@ def _progress_bar(total: int, rank: int, world: int):
     return tqdm(total=total, desc=label, position=rank, file=sys.stderr, leave=True, dynamic_ncols=True)
 
 
-# ============================================================================================= command line
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):
-        self.exit(EXIT_ERROR, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+# ============================================================================================= the command
+def cmd_batch(args) -> int:
+    """`higgs-v3 batch` (its options: `cli/main`): read and check the manifest, load the model on this process's
+    device, run, summarize."""
+    from ..delay_higgs_v3 import HiggsAudioV3AudioSpec
+    from ..generation_higgs_v3 import MAX_POSITIONS
+    from ..longform_higgs_v3 import rows_for_max_seconds
+    from ..sampling_higgs_v3 import check_seed
 
-
-def _positive(kind):
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-        if not (math.isfinite(value) and value > 0):
-            raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-        return value
-
-    return parse
-
-
-def build_parser(prog: str = "higgs-v3 batch") -> argparse.ArgumentParser:
-    from .models import DEFAULT_MODEL
-
-    parser = _Parser(prog=prog, description="Speak every line of a JSONL manifest into its own audio file (resumable; "
-                     "data-parallel under accelerate launch / torchrun).")
-    parser.add_argument("manifest", help="JSONL file, one item per line: text, output, and optionally seed, voice, "
-                        "reference, reference_text")
-    parser.add_argument("--out-dir", required=True, help="folder for the audio files, the records and results.jsonl")
-    parser.add_argument("--model", default=os.environ.get("HIGGS_V3_MODEL", DEFAULT_MODEL),
-                        help="tiny-random, a converted or original folder, or a Hub repo id")
-    parser.add_argument("--device", default="auto", help="auto, cpu, cuda, mps (under a launcher: each process's own)")
-    parser.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
-    parser.add_argument("--batch-size", type=_positive(int), default=8, help="chunks per generate call (default 8)")
-    parser.add_argument("--max-seconds", type=_positive(float), default=None, help="audio limit per chunk")
-    parser.add_argument("--seed", type=int, default=0, help="base seed of the items without one (their index added, "
-                        "then moved past the seeds other items' chunks use)")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
-    return parser
-
-
-def main(argv: list[str] | None = None, prog: str = "higgs-v3 batch") -> int:
-    """`higgs-v3 batch`: read and check the manifest, load the model on this process's device, run, summarize."""
-    args = build_parser(prog).parse_args(argv)
+    check_seed(args.seed, "--seed")
+    if args.max_seconds is not None:  # longform's bound of one chunk (the codec's rates, the default positions)
+        rows_for_max_seconds(args.max_seconds, HiggsAudioV3AudioSpec(), MAX_POSITIONS, name="--max-seconds")
     items = read_manifest(args.manifest, base_seed=args.seed)
     out_dir = Path(args.out_dir)
     if out_dir.exists() and not out_dir.is_dir():
@@ -485,8 +473,7 @@ __all__ = [
     "RECORDS_DIR",
     "RESULTS_FILE",
     "assign_default_seeds",
-    "build_parser",
-    "main",
+    "cmd_batch",
     "read_manifest",
     "run_batch",
 ]

@@ -5,21 +5,27 @@ r"""The `higgs-v3` command line: speech from the terminal, long texts and dialog
 higgs-v3 speak --model tiny-random "Hello world" -o hello.wav        # offline demo (a random model: noise)
 higgs-v3 speak --model bosonai/higgs-audio-v3-tts-4b --text-file chapter.txt --ref-audio me.wav --ref-text "..." -o ch.wav
 higgs-v3 speak --dialogue --text-file play.txt --voice Ann=ann.wav:"Hi, I am Ann." --voice Bob=bob.safetensors -o play.wav
-higgs-v3 convert --input bosonai/higgs-audio-v3-tts-4b --output ./higgs-v3-hf     # the converter (convert_checkpoint)
+higgs-v3 convert --input bosonai/higgs-audio-v3-tts-4b --output ./higgs-v3-hf     # the converter (cli/convert)
 higgs-v3 make-tiny ./tiny                                            # the tiny random demo model, in the converted layout
-higgs-v3 batch manifest.jsonl --out-dir out/                         # many texts to many files, resumable (cli.batch)
+higgs-v3 batch manifest.jsonl --out-dir out/                         # many texts to many files, resumable (cli/batch)
+higgs-v3 finetune --data my_voice --output tuned --lora              # fine-tuning (training/finetune)
 higgs-v3 tags                                                        # the inline control tags the model knows
 ```
+
+One parser owns every command (`build_parser`: each command's options, and the function that runs it) and one error
+path turns what a command raises into its exit code (`main`, `_exit_code`): errors (missing or unreadable files, empty
+text, unknown tags, an unknown model, bad options) are one line on stderr and exit code 2, never a traceback
+(`HIGGS_V3_DEBUG=1` shows it); a failed upload of a complete folder, or a bug, exits 1; Ctrl-C 130.
+`python convert_checkpoint.py` is the `convert` command under that name.
 
 `--model` takes what `cli/models` resolves: `tiny-random` (a tiny random model built once, offline), a
 converted or original folder, or a Hub repo id.
 
 `speak` parses its arguments into one `SpeakRequest`, whose `validate()` runs every check that needs no model (files,
-outputs, option combinations, the seed, the script's speakers and voices); the processor's own checks of the text and
-transcripts (`processor.check_text`) then run before the model is loaded. Errors (missing or unreadable files, empty
-text, unknown tags, an unknown model, bad options) are one line on stderr and exit code 2, never a traceback
-(`HIGGS_V3_DEBUG=1` shows it). torch and transformers are imported only once the arguments, files and outputs have been
-checked.
+outputs, option combinations, the seed, the script's speakers and voices) by calling the library's own loaders and
+checks; the processor's checks of the text and transcripts (`processor.check_text`) then run before the model is
+loaded. torch and transformers are imported only once the arguments have been parsed (the parser and the commands'
+modules import the standard library only).
 """
 
 from __future__ import annotations
@@ -37,7 +43,10 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 
-from .models import (  # standard library only at import
+from ..conversion.original_format import ORIGINAL_CODEC_CONFIG_FILE, ORIGINAL_REPO_ID, PushError
+from .batch import cmd_batch
+from .convert import cmd_convert
+from .models import (  # standard library only at import, as the modules above
     DEFAULT_MODEL,
     TINY_RANDOM,
     TINY_RANDOM_MAX_SECONDS,
@@ -49,6 +58,10 @@ from .models import (  # standard library only at import
 
 
 EXIT_ERROR = 2
+"""A fault of the input, output or options (as argparse's usage errors)."""
+EXIT_FAILURE = 1
+"""A failed upload of a complete folder, or an unexpected failure (a bug, the environment)."""
+EXIT_INTERRUPTED = 130
 
 
 class CliError(Exception):
@@ -86,23 +99,30 @@ def _probability(name: str):
     return _number(name, float, "in (0, 1]", lambda number: 0 < number <= 1)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _shard_size(text: str) -> int | str:
+    """A number of bytes as an `int`; anything else is left for `huggingface_hub` to parse (`5GB`, `500MB`)."""
+    return int(text) if text.isdigit() else text
+
+
+DTYPES: tuple[str, ...] = ("bfloat16", "float16", "float32")
+"""The weight dtypes: what a model is loaded in (`--dtype` of speak and batch, besides `auto`) and what a conversion
+writes (`--dtype` of convert). `conversion.repo.WEIGHT_DTYPES`' names, spelled out so that the parser imports no
+torch (a test keeps the two equal)."""
+
+
+def build_parser(convert_prog: str | None = None) -> argparse.ArgumentParser:
+    """The one parser of every command. `convert_prog`: the program name of `convert` (its usage and its errors), when
+    it runs as another script (`convert_checkpoint.py`); by default `higgs-v3 convert`. Each command's parser sets
+    `run` (the function that runs it), and `quiet_libraries` when the libraries' bars and warnings are silenced before
+    it runs (`speak` silences them itself, after its checks, unless `--verbose`; `convert` shows them)."""
     parser = _Parser(
         prog="higgs-v3",
         description="Higgs Audio v3 text-to-speech from the command line (see `higgs-v3 COMMAND --help`).",
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     _add_speak_parser(commands)
-    commands.add_parser(
-        "convert",
-        help="convert the original checkpoint (options: higgs-v3 convert --help)",
-        add_help=False,
-    )
-    commands.add_parser(
-        "batch",
-        help="a JSONL manifest to one audio file per line, resumable, data-parallel (options: higgs-v3 batch --help)",
-        add_help=False,
-    )
+    _add_convert_parser(commands, convert_prog)
+    _add_batch_parser(commands)
     tiny = commands.add_parser(
         "make-tiny",
         help="write the tiny random demo model",
@@ -113,12 +133,71 @@ def build_parser() -> argparse.ArgumentParser:
     tiny.add_argument("--seed", type=_number("--seed", int), default=0)
     tiny.add_argument("--original", action="store_true", help="the original checkpoint layout instead")
     tiny.add_argument("--no-codec", action="store_true", help="leave the codec out")
+    tiny.set_defaults(run=cmd_make_tiny, quiet_libraries=True)
     _add_finetune_parser(commands)
     tags = commands.add_parser("tags", help="list the inline control tags",
                                description="List the inline control tags of the model's tokenizer.")
     tags.add_argument("--model", default=os.environ.get("HIGGS_V3_MODEL", TINY_RANDOM),
                       help=f"whose tokenizer to read (default: $HIGGS_V3_MODEL or {TINY_RANDOM})")
+    tags.set_defaults(run=cmd_tags, quiet_libraries=True)
     return parser
+
+
+def _add_convert_parser(commands, prog: str | None) -> None:
+    convert = commands.add_parser(
+        "convert",
+        help="convert the original checkpoint (or, with --to-original, a converted repo back)",
+        description="Convert the original Higgs Audio v3 checkpoint into a verified Transformers repo.",
+        **({"prog": prog} if prog else {}),
+    )
+    convert.add_argument("--input", required=True, help=f"original folder or Hub repo id (e.g. {ORIGINAL_REPO_ID})")
+    convert.add_argument("--revision", default=None, help="Hub revision (branch, tag or commit) of --input")
+    convert.add_argument("--output", required=True, help="folder to write (must be empty unless --overwrite)")
+    convert.add_argument("--dtype", default="bfloat16", choices=DTYPES,
+                         help="language model dtype (the codec stays float32)")
+    convert.add_argument("--max-shard-size", default=None, type=_shard_size,
+                         help="largest safetensors shard (default 2GB; the converter's peak memory is about one "
+                         "shard): 2GB, 500MB (KB, MB, GB, TB) or a number of bytes")
+    convert.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
+    convert.add_argument("--push-to-hub", default=None, metavar="REPO_ID", help="upload the result in one commit")
+    convert.add_argument("--private", action="store_true", help="create the Hub repo as private")
+    convert.add_argument("--codec-config", default=None, metavar="FILE",
+                         help=f"the codec's config as JSON (default: {ORIGINAL_CODEC_CONFIG_FILE} in the input folder, "
+                         "else the real codec's)")
+    convert.add_argument("--without-codec", action="store_true", help="convert the language model only")
+    convert.add_argument("--no-verify", action="store_true", help="skip the verification (not recommended)")
+    convert.add_argument("--to-original", action="store_true",
+                         help="the other direction: write the converted (or fine-tuned) repo --input in the original "
+                         "layout (for vllm-omni / sglang-omni); takes --output, --dtype, --max-shard-size, --overwrite")
+    convert.add_argument("--original", default=None, metavar="DIR",
+                         help="with --to-original: the original checkpoint the repo was converted from (the codec's "
+                         "training-only tensor is copied from it, else zeros; and its chat_template.jinja when the "
+                         "repo no longer keeps the original's)")
+    convert.set_defaults(run=cmd_convert, error_prefix=convert.prog)  # errors under the converter's own name
+
+
+def _add_batch_parser(commands) -> None:
+    batch = commands.add_parser(
+        "batch",
+        help="a JSONL manifest to one audio file per line, resumable, data-parallel",
+        description="Speak every line of a JSONL manifest into its own audio file (resumable; data-parallel under "
+        "accelerate launch / torchrun).",
+    )
+    batch.add_argument("manifest", help="JSONL file, one item per line: text, output, and optionally seed, voice, "
+                       "reference, reference_text")
+    batch.add_argument("--out-dir", required=True, help="folder for the audio files, the records and results.jsonl")
+    batch.add_argument("--model", default=os.environ.get("HIGGS_V3_MODEL", DEFAULT_MODEL),
+                       help="tiny-random, a converted or original folder, or a Hub repo id")
+    batch.add_argument("--device", default="auto", help="auto, cpu, cuda, mps (under a launcher: each process's own)")
+    batch.add_argument("--dtype", default="auto", choices=["auto", *DTYPES])
+    batch.add_argument("--batch-size", type=_positive("--batch-size", int), default=8,
+                       help="chunks per generate call (default 8)")
+    batch.add_argument("--max-seconds", type=_positive("--max-seconds"), default=None, help="audio limit per chunk")
+    batch.add_argument("--seed", type=_number("--seed", int), default=0,
+                       help="base seed of the items without one (their index added, then moved past the seeds other "
+                       "items' chunks use)")
+    batch.add_argument("--no-progress", action="store_true", help="no progress bars")
+    batch.set_defaults(run=cmd_batch, quiet_libraries=True)
 
 
 def _add_finetune_parser(commands) -> None:
@@ -145,10 +224,10 @@ def _add_finetune_parser(commands) -> None:
     tune.add_argument("--gradient-accumulation", type=_positive("--gradient-accumulation", int), default=1)
     tune.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations (less memory)")
     tune.add_argument("--bf16", action="store_true", help="bfloat16 mixed precision (the codec stays float32)")
-    tune.add_argument("--held-out", type=_number("--held-out", float, "a fraction in [0, 1)", lambda x: 0 <= x < 1),
-                      default=0.1, help="fraction of the items kept out of training for the held-out loss")
+    tune.add_argument("--held-out", type=_number("--held-out", float), default=0.1,  # its range: FinetuneRun's
+                      help="fraction of the items kept out of training for the held-out loss, in [0, 1)")
     tune.add_argument("--max-seconds", type=_positive("--max-seconds"), default=30.0,
-                      help="longest accepted clip (default 30)")
+                      help="longest accepted target clip (default 30; reference clips: up to 100 s)")
     tune.add_argument("--skip-invalid", action="store_true",
                       help="skip bad items (counted and named in the log) instead of stopping at the first")
     tune.add_argument("--save-steps", type=_positive("--save-steps", int), default=200)
@@ -159,15 +238,15 @@ def _add_finetune_parser(commands) -> None:
                       default=10.0, help="longest sample (default 10; 0: no sample)")
     tune.add_argument("--push-to-hub", metavar="REPO_ID", help="upload model/ (or adapter/ with --push-adapter)")
     tune.add_argument("--push-adapter", action="store_true", help="with --lora: push the adapter, not the merged model")
-    tune.add_argument("--device", default="auto", choices=["auto", "cpu"],
+    tune.add_argument("--device", default="auto",  # what it accepts: FinetuneRun.validate
                       help="auto: the Trainer's device (a visible GPU, else the CPU); cpu: the CPU")
     tune.add_argument("--quiet", action="store_true", help="no progress, only the summary")
+    tune.set_defaults(run=cmd_finetune, quiet_libraries=True)
 
 
 def cmd_finetune(args) -> int:
-    """Check the options and files, then train (see `training.finetune.FinetuneRun`), then one summary line."""
-    if not os.path.exists(args.data):
-        raise CliError(f"--data {args.data!r} does not exist; give a folder of name.wav + name.txt pairs or a .jsonl manifest.")
+    """Train (`training.finetune.FinetuneRun`, which checks its options and the data before any model work), then one
+    summary line."""
 
     def log(message: str) -> None:
         if not args.quiet:
@@ -175,7 +254,6 @@ def cmd_finetune(args) -> int:
 
     from ..training.finetune import FinetuneRun
 
-    _quiet_libraries(verbose=False)  # the libraries' bars and warnings off: the run reports through `log`
     run = FinetuneRun(
         data=args.data, model=args.model, output=args.output, lora=args.lora, lora_rank=args.lora_rank,
         epochs=args.epochs, max_steps=args.max_steps, learning_rate=args.learning_rate, batch_size=args.batch_size,
@@ -186,7 +264,6 @@ def cmd_finetune(args) -> int:
         push_to_hub=args.push_to_hub, push_adapter=args.push_adapter, device=args.device, log=log,
         progress=not args.quiet,
     )
-    run.validate()
     summary = run.run()
     held = f", held-out loss {summary['eval_loss']:.4f}" if "eval_loss" in summary else ""
     print(f"Fine-tuned {summary['steps']} steps in {summary['seconds']:.1f} s: training loss "
@@ -227,7 +304,7 @@ def _add_speak_parser(commands) -> None:
                        help=f"'{TINY_RANDOM}' (offline demo, random weights: noise), a folder with a converted or "
                        f"original checkpoint, or a Hub repo id (default: $HIGGS_V3_MODEL or {DEFAULT_MODEL})")
     model.add_argument("--device", default="auto", help="auto (cuda, then mps, then cpu), cpu, cuda, cuda:1, mps")
-    model.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"],
+    model.add_argument("--dtype", default="auto", choices=["auto", *DTYPES],
                        help="language model dtype (auto: bfloat16 on CUDA, float32 on CPU and MPS; the codec always runs "
                        "in float32)")
 
@@ -272,41 +349,30 @@ def _add_speak_parser(commands) -> None:
     output.add_argument("--no-progress", action="store_true", help="no progress bar")
     output.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no summary")
     output.add_argument("--verbose", action="store_true", help="show library warnings")
+    speak.set_defaults(run=cmd_speak)
 
 
 # ================================================================================================= speak
-def _check_input_file(path: str, what: str, who: str = "") -> None:
+def _check_input_file(path: str, what: str) -> None:
     if os.path.isdir(path):
-        raise CliError(f"{what} {path!r}{who} is a folder, not a file.")
+        raise CliError(f"{what} {path!r} is a folder, not a file.")
     if not os.path.isfile(path):
-        raise CliError(f"{what} {path!r}{who} does not exist.")
+        raise CliError(f"{what} {path!r} does not exist.")
     if not os.access(path, os.R_OK):
-        raise CliError(f"{what} {path!r}{who} is not readable.")
+        raise CliError(f"{what} {path!r} is not readable.")
 
 
-def _check_audio_file(path: str, what: str, who: str = "") -> None:
-    """A reference clip must be a file libsndfile can read (checked before any model is loaded)."""
-    _check_input_file(path, what, who)
-    import soundfile
+def _load_reference(path: str) -> None:
+    """A reference given on the command line, loaded as the library loads it, so that a bad one is refused before any
+    model work: a voice file with `HiggsAudioV3Voice.load` (its header, format, version and length; it is small), a
+    clip with `prepare_reference_waveform` (its header first: an over-long clip is refused unread). A clip's URL is
+    fetched (and refused in one line) when it is encoded, not twice."""
+    from ..audio_io_higgs_v3 import VOICE_FILE_SUFFIXES, HiggsAudioV3Voice, is_audio_url, prepare_reference_waveform
 
-    from ..audio_io_higgs_v3 import MAX_REFERENCE_SECONDS
-
-    try:
-        info = soundfile.info(path)
-    except Exception as error:  # soundfile raises LibsndfileError (a RuntimeError) or TypeError for non-audio files
-        reason = " ".join(str(error).split()) or type(error).__name__
-        raise CliError(f"{what} {path!r}{who} is not readable audio ({reason}); use wav, flac or ogg.") from error
-    if info.samplerate > 0 and info.frames > MAX_REFERENCE_SECONDS * info.samplerate:  # from the header, unread
-        raise CliError(f"{what} {path!r}{who} is {info.frames / info.samplerate:.1f} s long; the longest accepted is "
-                       f"{MAX_REFERENCE_SECONDS:g} s (5 to 30 s of clean speech is enough to clone a voice).")
-
-
-def _check_voice_file(path: str, what: str, who: str = "") -> None:
-    """A voice file must load (`HiggsAudioV3Voice.load`: its header, format, version and length; it is small)."""
-    _check_input_file(path, what, who)
-    from ..audio_io_higgs_v3 import HiggsAudioV3Voice
-
-    HiggsAudioV3Voice.load(path)
+    if Path(path).suffix.lower() in VOICE_FILE_SUFFIXES:
+        HiggsAudioV3Voice.load(path)
+    elif not is_audio_url(path):
+        prepare_reference_waveform(path)
 
 
 def _voice_source(spec: str, speaker: str | None) -> tuple[str, str | None]:
@@ -445,25 +511,19 @@ class SpeakRequest:
 
     # ------------------------------------------------------------------ checks
     def validate(self) -> None:
-        """Every check that needs no model, cheapest first: the text, option combinations, input files, outputs, then
-        (importing the library) the seed, the voice files and the dialogue script's speakers and voices."""
+        """Every check that needs no model, cheapest first: the text (read), option combinations, the references (loaded
+        by the library), the outputs, the seed, --max-seconds, the dialogue script's speakers and voices. The text's own
+        checks are the processor's (`check_texts`)."""
         self.text = self._read_text()
         self._check_options()
         self._check_inputs()
         self._check_outputs()
-        from ..sampling_higgs_v3 import check_seed
         from ..audio_io_higgs_v3 import VOICE_FILE_SUFFIXES
+        from ..sampling_higgs_v3 import check_seed
 
         check_seed(self.seed, "--seed")
         if self.save_voice:
             _check_output(self.save_voice, "the voice file", VOICE_FILE_SUFFIXES)
-        for name, (path, _) in self.voices.items():
-            if Path(path).suffix.lower() not in VOICE_FILE_SUFFIXES:
-                _check_audio_file(path, "Reference clip", f" for speaker {name!r}")
-            else:
-                _check_voice_file(path, "Voice file", f" for speaker {name!r}")
-        if not self.dialogue and self.voice and Path(self.voice[0]).suffix.lower() in VOICE_FILE_SUFFIXES:
-            _check_voice_file(self.voice[0], "Voice file")
         self._check_max_seconds()
         if self.dialogue:
             from ..chunking_higgs_v3 import check_dialogue_voices, parse_dialogue
@@ -472,18 +532,15 @@ class SpeakRequest:
 
     def _check_max_seconds(self) -> None:
         """--max-seconds within what one request's positions hold (`longform_higgs_v3.rows_for_max_seconds`, the
-        bound's one home), before the model is loaded."""
-        max_seconds = self.longform_options.get("max_seconds")
-        if max_seconds is None:
-            return
-        from ..delay_higgs_v3 import HiggsAudioV3AudioSpec
-        from ..generation_higgs_v3 import MAX_POSITIONS
-        from ..longform_higgs_v3 import rows_for_max_seconds
+        bound's one home, with the rates of every Higgs Audio v3 codec and the default positions), before the model
+        is loaded."""
+        if "max_seconds" in self.longform_options:
+            from ..delay_higgs_v3 import HiggsAudioV3AudioSpec
+            from ..generation_higgs_v3 import MAX_POSITIONS
+            from ..longform_higgs_v3 import rows_for_max_seconds
 
-        try:  # the rates of every Higgs Audio v3 codec; the positions of the default max_positions
-            rows_for_max_seconds(max_seconds, HiggsAudioV3AudioSpec(), MAX_POSITIONS, name="--max-seconds")
-        except ValueError as error:
-            raise CliError(str(error)) from None
+            rows_for_max_seconds(self.longform_options["max_seconds"], HiggsAudioV3AudioSpec(), MAX_POSITIONS,
+                                 name="--max-seconds")
 
     def _read_text(self) -> str:
         if self.text is not None and self.text_file is not None:
@@ -499,18 +556,11 @@ class SpeakRequest:
             raise CliError(f"--dialogue reads the script from TEXT, and {self.text!r} is a file name; read the script "
                            f"from it with --dialogue --text-file {self.text}.")
         else:
-            return self._non_empty(self.text)
+            return self.text  # an empty one is refused by the processor's text check (`check_texts`)
         try:
-            return self._non_empty(data.decode("utf-8-sig"))
+            return data.decode("utf-8-sig")
         except UnicodeDecodeError as error:
             raise CliError(f"Could not read {where} as UTF-8 text ({error.reason} at byte {error.start}).") from error
-
-    @staticmethod
-    def _non_empty(text: str) -> str:
-        # The processor's rule, applied before any model is resolved (which may download); it applies it again.
-        if not text.strip():
-            raise CliError("The text is empty; there is nothing to speak.")
-        return text
 
     def _check_options(self) -> None:
         if self.dialogue:
@@ -538,19 +588,14 @@ class SpeakRequest:
         return self.ref_audio or (self.voice[0] if self.voice else None)
 
     def _check_inputs(self) -> None:
+        """Every reference (--ref-audio, --voice, a dialogue's voices) loaded by the library (`_load_reference`)."""
         if self.dialogue:
             self.voices = _parse_dialogue_voices(self.voice)
-        elif self.ref_audio:
-            from ..audio_io_higgs_v3 import is_audio_url
-
-            if not is_audio_url(self.ref_audio):  # a URL is fetched (and refused in one line) when it is encoded
-                _check_audio_file(self.ref_audio, "Reference audio file")
-        elif self.voice:
-            _check_input_file(self.voice[0], "Voice file")
-            from ..audio_io_higgs_v3 import VOICE_FILE_SUFFIXES
-
-            if Path(self.voice[0]).suffix.lower() not in VOICE_FILE_SUFFIXES:  # a clip given with --voice
-                _check_audio_file(self.voice[0], "Reference audio file")
+            references = [path for path, _ in self.voices.values()]
+        else:
+            references = [self.reference] if self.reference else []
+        for path in references:
+            _load_reference(path)
 
     def _check_outputs(self) -> None:
         _check_audio_output(self.output)
@@ -725,18 +770,10 @@ def summary_line(output: str, result, seed: int, config) -> str:
 
 
 # ================================================================================================= other commands
-def cmd_convert(argv: list[str]) -> int:
-    from ..convert_checkpoint import main as convert_main
-
-    code = convert_main(argv, prog="higgs-v3 convert")
-    return 0 if code in (0, None) else code if code in (1, 130) else EXIT_ERROR  # 1: a failed upload, not a user fault
-
-
 def cmd_make_tiny(args) -> int:
     from ..sampling_higgs_v3 import check_seed
 
     check_seed(args.seed, "--seed")
-    _quiet_libraries(verbose=False)
     output = Path(args.output)
     if output.exists() and not output.is_dir():
         raise CliError(f"{args.output!r} is a file; give a folder to write the model into.")
@@ -752,7 +789,6 @@ def cmd_make_tiny(args) -> int:
 
 
 def cmd_tags(args) -> int:
-    _quiet_libraries(verbose=False)
     processor = load_processor(resolve_model(args.model, lambda m: print(m, file=sys.stderr)))
     for tag in processor.valid_tags():
         print(tag)
@@ -767,55 +803,60 @@ def _one_line(error: BaseException) -> str:
     return message or type(error).__name__
 
 
-def _out_of_memory_hint(argv: list[str]) -> str:
-    """What to try after running out of memory, in the options of the command that ran (`argv[0]`)."""
-    if argv and argv[0] == "finetune":
+def _out_of_memory_hint(command: str) -> str:
+    """What to try after running out of memory, in the options of the command that ran."""
+    if command == "finetune":
         return "try --batch-size 1, a smaller --max-seconds, --bf16, --gradient-checkpointing or --lora."
     return "try --batch-size 1, a smaller --max-seconds or --dtype bfloat16."
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Console script `higgs-v3`; returns the exit code (0 success, 2 user error, 1 unexpected failure)."""
+def main(argv: list[str] | None = None, *, convert_prog: str | None = None) -> int:
+    """Console script `higgs-v3` (and, with `convert_prog`, the converter's script): parse with the one parser, run
+    the command, and turn what it raises into the exit code (`_exit_code`): 0 success, 2 a fault of the input, output
+    or options (one line on stderr, as argparse's usage errors), 1 a failed upload or an unexpected failure, 130
+    interrupted."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    debug = bool(os.environ.get("HIGGS_V3_DEBUG"))
+    parser = build_parser(convert_prog)
     try:
-        if argv and argv[0] == "convert":
-            return cmd_convert(argv[1:])
-        if argv and argv[0] == "batch":  # cli.batch parses its own options
-            from .batch import main as batch_main
-
-            _quiet_libraries(verbose=False)
-            return batch_main(argv[1:])
-        parser = build_parser()
         args = parser.parse_args(argv)
-        if args.command is None:
-            parser.print_help(sys.stderr)
-            return EXIT_ERROR
-        commands = {"speak": cmd_speak, "make-tiny": cmd_make_tiny, "tags": cmd_tags, "finetune": cmd_finetune}
-        return commands[args.command](args)
-    except KeyboardInterrupt:
-        print("higgs-v3: interrupted", file=sys.stderr)
-        return 130
-    except SystemExit as exit_:  # argparse (help, usage errors) and a delegated CLI
-        return exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else EXIT_ERROR)
-    except (CliError, ValueError, OSError, ImportError) as error:
-        if debug:
-            raise
-        print(f"higgs-v3: error: {_one_line(error)}", file=sys.stderr)
+    except SystemExit as exit_:  # --help, or a usage error argparse has printed
+        return _exit_code(exit_, parser.prog, "")
+    if args.command is None:
+        parser.print_help(sys.stderr)
         return EXIT_ERROR
-    except Exception as error:  # a bug or an environment problem: still one line, with the way to see more
-        if debug:
-            raise
-        out_of_memory = type(error).__name__ == "OutOfMemoryError"
-        if out_of_memory:
-            print(f"higgs-v3: error: out of memory ({_one_line(error)[:200]}); {_out_of_memory_hint(argv)}",
-                  file=sys.stderr)
-            return EXIT_ERROR
-        print(f"higgs-v3: internal error: {type(error).__name__}: {_one_line(error)} (set HIGGS_V3_DEBUG=1 for the "
-              "traceback)", file=sys.stderr)
-        return 1
+    try:
+        if getattr(args, "quiet_libraries", False):  # the commands report through their own lines
+            _quiet_libraries(verbose=False)
+        return args.run(args)
+    except BaseException as error:  # noqa: BLE001 - every outcome becomes an exit code, in one place
+        return _exit_code(error, getattr(args, "error_prefix", parser.prog), args.command)
     finally:
         _restore_libraries()
+
+
+def _exit_code(error: BaseException, prefix: str, command: str) -> int:
+    """The one error path of every command: the line it prints on stderr and its exit code. `HIGGS_V3_DEBUG=1`
+    re-raises instead (the traceback)."""
+    if isinstance(error, SystemExit):  # argparse's (--help, a usage error it printed)
+        return error.code if isinstance(error.code, int) else (0 if error.code is None else EXIT_ERROR)
+    if isinstance(error, KeyboardInterrupt):
+        print(f"{prefix}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    if os.environ.get("HIGGS_V3_DEBUG"):
+        raise error
+    if isinstance(error, PushError):  # the folder is complete; the upload failed: not a fault of the input
+        print(f"{prefix}: error: {_one_line(error)}", file=sys.stderr)
+        return EXIT_FAILURE
+    if isinstance(error, (CliError, ValueError, OSError, ImportError)):
+        print(f"{prefix}: error: {_one_line(error)}", file=sys.stderr)
+        return EXIT_ERROR
+    if type(error).__name__ == "OutOfMemoryError":  # torch's, matched by name: torch may not be imported
+        print(f"{prefix}: error: out of memory ({_one_line(error)[:200]}); {_out_of_memory_hint(command)}",
+              file=sys.stderr)
+        return EXIT_ERROR
+    print(f"{prefix}: internal error: {type(error).__name__}: {_one_line(error)} (set HIGGS_V3_DEBUG=1 for the "
+          "traceback)", file=sys.stderr)
+    return EXIT_FAILURE
 
 
 if __name__ == "__main__":

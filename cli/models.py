@@ -15,10 +15,9 @@ import hashlib
 import json
 import os
 import re
-import shutil
 from pathlib import Path
 
-from ..conversion.original_format import ORIGINAL_MODEL_TYPE as _ORIGINAL_MODEL_TYPE  # standard library only
+from ..conversion.original_format import ORIGINAL_MODEL_TYPE, read_json  # standard library only
 
 
 DEFAULT_MODEL = "bosonai/higgs-audio-v3-tts-4b"
@@ -71,49 +70,32 @@ def write_tiny_random(directory: str | os.PathLike, seed: int = 0, with_codec: b
 
 
 def ensure_tiny_random(log=None) -> Path:
-    """The tiny random demo model, built once into `tiny_random_dir()` (rebuilt when this package's code changed).
-    Built in a temporary sibling folder and renamed into place, so concurrent runs never see half a model."""
+    """The tiny random demo model, built once into `tiny_random_dir()` (rebuilt when this package's code changed), with
+    `conversion.folders.staged_folder` (so no process ever sees half a model) under a lock on its parent folder (so
+    concurrent processes build it once)."""
+    from ..conversion.folders import folder_lock, staged_folder
+
     target = tiny_random_dir()
-    stamp_name = ".higgs_v3_tiny_random"
-    fingerprint = _tiny_fingerprint(seed=0)
-    stamp = target / stamp_name
-    if stamp.is_file() and stamp.read_text().strip() == fingerprint:
+    stamp, fingerprint = target / ".higgs_v3_tiny_random", _tiny_fingerprint(seed=0)
+
+    def current() -> bool:
+        return stamp.is_file() and stamp.read_text().strip() == fingerprint
+
+    if current():
         return target
-    if log is not None:
-        log(f"Building the tiny random demo model in {target} (once; a few seconds)...")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    scratch = target.parent / f".{target.name}.tmp-{os.getpid()}"
-    shutil.rmtree(scratch, ignore_errors=True)
-    try:
-        write_tiny_random(scratch, seed=0)
-        (scratch / stamp_name).write_text(fingerprint + "\n")
-        if target.exists():
-            old = target.parent / f".{target.name}.old-{os.getpid()}"
-            try:
-                target.rename(old)
-            except OSError:
-                old = None
-            if old is not None:
-                shutil.rmtree(old, ignore_errors=True)
-        try:
-            scratch.rename(target)
-        except OSError:  # another process put its model in place first
-            if not (stamp.is_file() and stamp.read_text().strip() == fingerprint):
-                raise
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    with folder_lock(target.parent):
+        if current():  # built by a concurrent run while this one waited
+            return target
+        if log is not None:
+            log(f"Building the tiny random demo model in {target} (once; a few seconds)...")
+        with staged_folder(target, "building") as staging:
+            write_tiny_random(staging, seed=0)
+            (staging / stamp.name).write_text(fingerprint + "\n")
     return target
 
 
 # ------------------------------------------------------------------------------------------------- model names
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        raise ValueError(f"Could not read {str(path)!r} ({error}).") from error
 
 
 def resolve_model(name: str, log=None) -> Path:
@@ -129,7 +111,7 @@ def resolve_model(name: str, log=None) -> Path:
         if not (path / "config.json").is_file():
             raise ValueError(f"Model folder {name!r} has no config.json; give a folder with a converted or original Higgs "
                            "Audio v3 checkpoint.")
-        if _read_json(path / "config.json").get("model_type") == _ORIGINAL_MODEL_TYPE:
+        if read_json(path / "config.json", "The model config").get("model_type") == ORIGINAL_MODEL_TYPE:
             return _convert_original(str(path), log)
         return path
     if not _HUB_ID.match(name):
@@ -151,13 +133,13 @@ def resolve_model(name: str, log=None) -> Path:
             ) from error
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ValueError(f"Cannot load {what} from the Hub ({reason}).") from error
-    if _read_json(config_path).get("model_type") == _ORIGINAL_MODEL_TYPE:
+    if read_json(config_path, "The model config").get("model_type") == ORIGINAL_MODEL_TYPE:
         return _convert_original(name, log)
     return Path(snapshot_download(name, local_files_only=offline is not None))
 
 
 def _convert_original(name: str, log) -> Path:
-    from ..convert_checkpoint import converted_path
+    from ..conversion.cache import converted_path
 
     if log is not None:
         log(f"{name} is an original checkpoint: converting it once into the local cache (this takes a while)...")

@@ -48,13 +48,11 @@ from pathlib import Path
 import torch
 from transformers.utils import logging
 
-from ..codec_higgs_v3 import HiggsAudioV3Codec
 from ..configuration_higgs_v3 import HiggsAudioV3Config
 from .repo import (
     LICENSE_FILE_PATTERN,
     ORIGINAL_CHAT_TEMPLATE_FILE,
     TOKENIZER_FILES,
-    WEIGHT_DTYPES,
     PlannedTensor,
     check_shard_size,
     shard_split,
@@ -75,6 +73,7 @@ from .original_format import (
     TEXT_HEAD,
     ConversionError,
     SourceTensor,
+    codec_tensor_shapes,
     map_key,
     original_config,
     original_lm_shapes,
@@ -83,16 +82,12 @@ from .original_format import (
     read_original,
     read_rows,
 )
-from .folders import clean_stale_siblings, staging_folder, swap_into_place
+from .folders import check_outside, output_folder, staged_folder
 from ..processing_higgs_v3 import TTS_CHAT_TEMPLATE
 
 
 logger = logging.get_logger(__name__)
 
-
-EXPORT_DTYPES: dict[str, torch.dtype] = WEIGHT_DTYPES
-"""Accepted `--dtype` values of the export (every tensor, the codec included, is written in it; the original is
-bf16): the converter's table (`conversion.repo.WEIGHT_DTYPES`)."""
 
 CODEC_CONFIG_BOOKKEEPING: dict = {"architectures": ["HiggsAudioV2TokenizerModel"], "dtype": "float32"}
 """What the codec config file carries besides the settings (as the codec's own `save_pretrained` writes it)."""
@@ -209,12 +204,6 @@ def _parametrization_name(match: re.Match) -> str:
     return f"{match.group(1)}.parametrizations.weight.original{0 if match.group(2) == 'g' else 1}"
 
 
-def _codec_shapes(codec_config: dict) -> dict[str, tuple[int, ...]]:
-    with torch.device("meta"):
-        codec = HiggsAudioV3Codec.from_codec_config(codec_config)
-    return {name: tuple(value.shape) for name, value in codec.state_dict().items()}
-
-
 def export_config(config: HiggsAudioV3Config, dtype: str = "bfloat16") -> dict:
     """The original `config.json` for a converted config: `original_config` with its dimensions, the tie flags, the
     backbone fields of `TEXT_CONFIG_FIELDS` and the placeholder id taken from `config`."""
@@ -245,9 +234,8 @@ def _plan(
     heads = {TEXT_HEAD: TEXT_EMBEDDING, AUDIO_HEAD: AUDIO_EMBEDDING}
     expected = dict(lm)
     if config.codec_config is not None:
-        expected.update({CODEC_PREFIX + name: shape for name, shape in _codec_shapes(config.codec_config).items()})
-        # HuBERT's mask embedding: one vector of the semantic model's width (the original stores it last).
-        expected[CODEC_PREFIX + CODEC_EXTRA_KEY] = (config.codec_config["semantic_model_config"]["hidden_size"],)
+        expected.update({CODEC_PREFIX + name: shape
+                         for name, shape in codec_tensor_shapes(config.codec_config, original=True).items()})
     by_original = {original_name(converted): tensor for converted, tensor in tensors.items()}
     problems: list[str] = []
     for head, embedding in heads.items():
@@ -444,45 +432,27 @@ def export_to_original(
     >>> result.num_tensors  # doctest: +SKIP
     927
     """
-    weight_dtype(dtype)
+    torch_dtype = weight_dtype(dtype)  # every tensor's, the codec's included (the original is all bf16)
     check_shard_size(max_shard_size)
     source = Path(input_dir).expanduser()
-    clean_stale_siblings(Path(output_dir).expanduser().absolute())  # a killed run's leftovers; a lost output restored
     if not source.is_dir():
         raise ConversionError(f"The input {str(input_dir)!r} is not a folder; give a converted Higgs Audio v3 repo.")
-    output = Path(output_dir).expanduser().absolute()
-    if output.exists() and not output.is_dir():
-        raise ConversionError(f"The output {str(output)!r} exists and is not a folder.")
-    if output.is_dir() and any(output.iterdir()) and not overwrite:
-        raise ConversionError(f"The output folder {str(output)!r} is not empty; pass --overwrite (overwrite=True) to "
-                              "replace it.")
-    if output.resolve() == source.resolve() or source.resolve().is_relative_to(output.resolve()):
-        raise ConversionError(f"The output folder {str(output)!r} contains the input {str(source)!r}; choose another "
-                              "output.")
+    output = output_folder(output_dir, overwrite)  # after the cleanup of a killed run's leftovers
+    check_outside(source, output)
     config, tensors = _read_converted(source)
     original_dir = Path(original).expanduser() if original is not None else None
     planned, filled = _plan(config, tensors, original_dir)
 
-    output.parent.mkdir(parents=True, exist_ok=True)
-    staging = staging_folder(output, "exporting")
-    try:
-        shards = _write_weights(planned, EXPORT_DTYPES[dtype], staging, max_shard_size)
+    with staged_folder(output, "exporting", overwrite=overwrite) as staging:
+        shards = _write_weights(planned, torch_dtype, staging, max_shard_size)
         filled.update(_write_other_files(source, config, staging, dtype, original_dir))
-        _verify(planned, EXPORT_DTYPES[dtype], staging)
-        if output.is_dir() and any(output.iterdir()) and not overwrite:
-            raise ConversionError(f"The output folder {str(output)!r} became non-empty during the export; not "
-                                  "replacing it.")
-        swap_into_place(staging, output)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
+        _verify(planned, torch_dtype, staging)
     return ExportResult(output, len(planned), shards, filled, dtype)
 
 
 __all__ = [
     "CHAT_TEMPLATE_FILE",
     "CODEC_CONFIG_BOOKKEEPING",
-    "EXPORT_DTYPES",
     "ExportResult",
     "INVERSE_TABLE",
     "TOKENIZER_CONFIG_DROPPED",

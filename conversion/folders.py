@@ -1,9 +1,12 @@
 # Copyright 2026 the higgs-v3 authors. Licensed under the Apache License, Version 2.0.
-r"""Folders written whole: the staging folder of the converter (and of the export back to the original layout), its
-swap into place, the cleanup after a dead run, and the completion marker of a `from_original` cache entry.
+r"""Folders written whole, the package's one staged-folder helper: `staged_folder` (stage beside, swap into place,
+clean up after a killed run) for the converter, the export back to the original layout, a fine-tuned model and the
+tiny-random demo model, with the output's rules (`output_folder`, `check_outside`); `folder_lock` for entries that
+concurrent processes build once; the completion marker of a `from_original` cache entry. (Single files are written
+whole by `audio_io_higgs_v3.atomic_output`.)
 
-A conversion writes into a sibling of its output and renames it into place at the end (an export alike, its staging
-folder named `out_exporting_<hex>`, `STAGING_KINDS`):
+A run writes into a sibling of its output and renames it into place at the end (its staging folder named
+`out_<kind>_<hex>`, `STAGING_KINDS`):
 
 ```
 out_converting_<hex>/     the run's staging folder; OWNER_FILE names its process (pid, host)
@@ -36,6 +39,9 @@ from pathlib import Path
 
 from transformers.utils import logging
 
+from ..audio_io_higgs_v3 import atomic_output
+from .original_format import ConversionError
+
 
 logger = logging.get_logger(__name__)
 
@@ -49,10 +55,12 @@ UNOWNED_GRACE_SECONDS: float = 600.0
 """A staging folder without an owner file (a run killed between creating it and naming itself, or an older version
 of this code) is removed only once it is this old: a live run names itself within microseconds."""
 
-STAGING_KINDS: dict[str, str] = {"converting": "conversion", "exporting": "export"}
+STAGING_KINDS: dict[str, str] = {"converting": "conversion", "exporting": "export", "saving": "save",
+                                 "building": "build"}
 """The staging folders' kinds (`<name>_<kind>_<hex>`), each with the run it belongs to in `clean_stale_siblings`' lines:
-the converter's and the export's (`conversion/export`). Every kind is cleaned whichever run cleans, so a dead export's
-folder is removed by the next conversion too, and a live run of either kind keeps its `_replaced_` folder."""
+the converter's, the export's (`conversion/export`), a fine-tuned model's save (`training/finetune`) and the tiny
+random demo model's build (`cli/models`). Every kind is cleaned whichever run cleans, so a dead export's folder is
+removed by the next conversion too, and a live run of any kind keeps its `_replaced_` folder."""
 
 _HASH_CHUNK = 16 * 1024 * 1024
 
@@ -148,6 +156,71 @@ def swap_into_place(staging: Path, output: Path) -> None:
         shutil.rmtree(retired, ignore_errors=True)
 
 
+def output_folder(output_dir: str | os.PathLike, overwrite: bool) -> Path:
+    """The output of a whole-folder write (`staged_folder`) as an absolute path, once what dead runs left beside it is
+    cleaned up (an output lost between two renames restored): absent, an empty folder, or one that `overwrite` lets
+    the run replace; a `ConversionError` otherwise."""
+    output = Path(output_dir).expanduser().absolute()
+    clean_stale_siblings(output)
+    if output.exists() and not output.is_dir():
+        raise ConversionError(f"The output {str(output)!r} exists and is not a folder.")
+    if output.is_dir() and any(output.iterdir()) and not overwrite:
+        raise ConversionError(
+            f"The output folder {str(output)!r} is not empty; pass --overwrite (overwrite=True) to replace it."
+        )
+    return output
+
+
+def check_outside(source: Path, output: Path) -> None:
+    """The input folder `source` must not be, or lie inside, `output`: replacing the output would delete it."""
+    if output.resolve() == source.resolve() or source.resolve().is_relative_to(output.resolve()):
+        raise ConversionError(
+            f"The output folder {str(output)!r} contains the input {str(source)!r}; choose another output."
+        )
+
+
+@contextlib.contextmanager
+def staged_folder(output: Path, kind: str, *, overwrite: bool = True) -> Iterator[Path]:
+    """Write the folder `output` whole: what dead runs left beside it is cleaned up (`clean_stale_siblings`), a new
+    staging folder of `kind` is claimed beside it and yielded; when the block ends without an error it is swapped into
+    place (`swap_into_place`), else removed and `output` left as it was. Without `overwrite`, an `output` that became
+    non-empty while the block ran (another run's) is not replaced: a `ConversionError` that says so.
+
+    >>> with staged_folder(Path("out/model"), "saving") as staging:  # doctest: +SKIP
+    ...     model.save_pretrained(staging)
+    """
+    output.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale_siblings(output)
+    staging = staging_folder(output, kind)
+    try:
+        yield staging
+        if not overwrite and output.is_dir() and any(output.iterdir()):
+            raise ConversionError(f"The output folder {str(output)!r} became non-empty during the "
+                                  f"{STAGING_KINDS[kind]}; not replacing it.")
+        swap_into_place(staging, output)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+@contextlib.contextmanager
+def folder_lock(folder: Path) -> Iterator[None]:
+    """An exclusive lock on `folder` (created if needed) while the block runs, so that concurrent processes building
+    the same entry in it take turns and the second finds it built (no lock where fcntl is missing)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not on POSIX: concurrent builds of one entry may both run
+        yield
+        return
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)  # closing releases the lock
+
+
 # --------------------------------------------------------------------------------------------- completion markers
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
@@ -168,9 +241,8 @@ def write_complete(folder: Path) -> Path:
     files = {path.relative_to(folder).as_posix(): {"size": path.stat().st_size, "sha256": _sha256(path)}
              for path in _files(folder)}
     marker = folder / COMPLETE_FILE
-    temporary = folder / f".{COMPLETE_FILE}.tmp-{secrets.token_hex(4)}"
-    temporary.write_text(json.dumps({"files": files}, indent=1) + "\n", encoding="utf-8")
-    os.replace(temporary, marker)
+    with atomic_output(marker) as temporary:
+        temporary.write_text(json.dumps({"files": files}, indent=1) + "\n", encoding="utf-8")
     return marker
 
 
@@ -201,7 +273,11 @@ __all__ = [
     "STAGING_KINDS",
     "UNOWNED_GRACE_SECONDS",
     "check_complete",
+    "check_outside",
     "clean_stale_siblings",
+    "folder_lock",
+    "output_folder",
+    "staged_folder",
     "staging_folder",
     "swap_into_place",
     "write_complete",

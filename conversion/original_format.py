@@ -12,16 +12,17 @@ What the original repo holds (spec §1-2; the verbatim metadata is under `shared
 
 `read_original` checks a folder against this (files, `model_type`, safetensors headers against the index, dtypes, the
 tokenizer's special tokens) and returns an `OriginalCheckpoint` of headers only; `read_rows` reads tensor data.
+`codec_tensor_shapes` is the one home of the codec's tensor names and shapes for a codec config (the converter checks
+the checkpoint's codec against it, the export and the fixtures write it).
 
-This module imports only the standard library at import time (torch and safetensors are imported by the functions
-that read tensors), so the command line can ask `ORIGINAL_MODEL_TYPE` without paying for torch. It imports neither
-the converter nor the test fixtures; both import it.
+This module imports only the standard library at import time (torch, safetensors and the codec are imported by the
+functions that read tensors or build the codec's shapes), so the command line can ask `ORIGINAL_MODEL_TYPE` without
+paying for torch. It imports neither the converter nor the test fixtures; both import it.
 """
 
 from __future__ import annotations
 
-import copy
-import hashlib
+import functools
 import json
 import os
 import re
@@ -321,6 +322,27 @@ def original_lm_shapes(config: dict) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def codec_tensor_shapes(codec_config: dict, original: bool = False) -> dict[str, tuple[int, ...]]:
+    """The codec's tensor names and shapes for `codec_config` (its state_dict, in module order, built on the meta
+    device): what a converted repo stores under `codec.`. With `original`, the original checkpoint's codec section
+    (under `CODEC_PREFIX`): the same plus `CODEC_EXTRA_KEY` last, as the original stores it."""
+    shapes = dict(_codec_shapes(json.dumps(codec_config, sort_keys=True)))
+    if original:
+        shapes[CODEC_EXTRA_KEY] = (codec_config["semantic_model_config"]["hidden_size"],)  # HuBERT's mask embedding
+    return shapes
+
+
+@functools.lru_cache(maxsize=8)
+def _codec_shapes(codec_config_json: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    import torch
+
+    from ..codec_higgs_v3 import HiggsAudioV3Codec
+
+    with torch.device("meta"):
+        codec = HiggsAudioV3Codec.from_codec_config(json.loads(codec_config_json))
+    return tuple((name, tuple(value.shape)) for name, value in codec.state_dict().items())
+
+
 # Fields of the original `text_config` that become `HiggsAudioV3Config` fields unchanged.
 TEXT_CONFIG_FIELDS: tuple[str, ...] = (
     "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
@@ -342,6 +364,11 @@ TOP_LEVEL_KNOWN: frozenset[str] = frozenset(
 # ----------------------------------------------------------------------------------------------------------- reader
 class ConversionError(ValueError):
     """The input cannot be converted, or the converted model failed verification. The message says why."""
+
+
+class PushError(RuntimeError):
+    """A complete folder could not be uploaded to the Hub (the network, the Hub): not a fault of the input. The message
+    says how to upload it later (`conversion.repo.push_folder_to_hub`)."""
 
 
 @dataclass(frozen=True)
@@ -534,34 +561,9 @@ def _check_index(weight_map: dict[str, str], tensors: dict[str, SourceTensor]) -
         )
 
 
-_TOKEN_IDS_READ: dict[str, tuple[dict[str, int], dict]] = {}
-"""`_read_token_ids` results by the sha256 of the two tokenizer files' bytes (the same bytes give the same result, so
-an entry can never be stale): a folder read again, or a copy of it, is not parsed again. A few entries at most."""
-
-
 def _read_token_ids(directory: Path) -> tuple[dict[str, int], dict]:
     """The ids of `<|endoftext|>`, every Higgs token, `eos` and `pad` (all must be added tokens of tokenizer.json),
-    and the tokenizer config. Parsing tokenizer.json (11 MB for the real vocabulary) is most of a `read_original`; a
-    result is kept by the files' content (`_TOKEN_IDS_READ`), so reading the same files again costs a hash."""
-    digest = hashlib.sha256()
-    try:
-        for name in ("tokenizer.json", "tokenizer_config.json"):
-            digest.update(hashlib.sha256((directory / name).read_bytes()).digest())
-    except OSError:  # unreadable: the reading below says so, naming the file
-        digest = None
-    key = digest.hexdigest() if digest is not None else None
-    if key in _TOKEN_IDS_READ:
-        return copy.deepcopy(_TOKEN_IDS_READ[key])
-    result = _parse_token_ids(directory)
-    if key is not None:
-        if len(_TOKEN_IDS_READ) >= 4:
-            _TOKEN_IDS_READ.pop(next(iter(_TOKEN_IDS_READ)))
-        _TOKEN_IDS_READ[key] = copy.deepcopy(result)
-    return result
-
-
-def _parse_token_ids(directory: Path) -> tuple[dict[str, int], dict]:
-    """`_read_token_ids` without the cache."""
+    and the tokenizer config."""
     tokenizer = read_json(directory / "tokenizer.json", "The tokenizer")
     tokenizer_config = read_json(directory / "tokenizer_config.json", "The tokenizer config")
     added = {token.get("content"): token.get("id") for token in tokenizer.get("added_tokens") or []}
@@ -625,6 +627,7 @@ __all__ = [
     "ORIGINAL_MODEL_TYPE",
     "ORIGINAL_REPO_ID",
     "OriginalCheckpoint",
+    "PushError",
     "QWEN_SPECIAL_TOKENS",
     "REAL_CODEC_CONFIG",
     "SourceTensor",
@@ -634,6 +637,7 @@ __all__ = [
     "TEXT_HEAD",
     "TOKENIZER_CONFIG",
     "TOP_LEVEL_KNOWN",
+    "codec_tensor_shapes",
     "map_key",
     "original_config",
     "original_lm_shapes",

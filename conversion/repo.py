@@ -11,7 +11,7 @@ upload. The converter (`convert_checkpoint.py`) plans what goes where; this modu
   LICENSE/NOTICE files; `write_model_card` writes `README.md`.
 - `check_output_folder`: every file a `trust_remote_code=True` load needs is there. The Hub: `hub_offline_reason` (a
   short probe instead of retries), `check_hub_push` (before converting), `push_folder_to_hub`
-  (`HfApi.upload_folder`).
+  (`HfApi.upload_folder`; a failed upload is a `PushError`).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from .original_format import (
     ORIGINAL_REPO_ID,
     ConversionError,
     OriginalCheckpoint,
+    PushError,
     SourceTensor,
     read_header,
     read_json,
@@ -61,8 +62,8 @@ _TORCH_DTYPES: dict[str, torch.dtype] = {
 }
 
 WEIGHT_DTYPES: dict[str, torch.dtype] = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-"""The `--dtype` values of the converter (`convert_checkpoint.DTYPES`: the language model's; the codec stays float32)
-and of the export (`conversion.export.EXPORT_DTYPES`: every tensor's): one table for both directions."""
+"""The `--dtype` values of the converter (the language model's; the codec stays float32) and of the export (every
+tensor's): one table for both directions, read with `weight_dtype`."""
 
 
 @dataclass(frozen=True)
@@ -302,9 +303,9 @@ sf.write("hello.wav", output.audio[0].float().numpy(), model.config.sampling_rat
 Long texts (split into chunks, one stable voice) and dialogues, and the chat template:
 
 ```python
-speech = model.synthesize_long(processor, open("chapter.txt").read(), seed=0)
+speech = processor.synthesize_long(model, open("chapter.txt").read(), seed=0)
 speech.save("chapter.wav")
-talk = model.synthesize_dialogue(processor, "[Ann] Hi Bob!\\n[Bob] Hello Ann.", auto_voices=True)
+talk = processor.synthesize_dialogue(model, "[Ann] Hi Bob!\\n[Bob] Hello Ann.", auto_voices=True)
 
 voice = model.encode_reference("me.wav", text="What I say in it.")  # clone a voice
 conversation = [
@@ -486,19 +487,24 @@ def push_folder_to_hub(
     folder: str | os.PathLike, repo_id: str, *, private: bool = False, token: str | None = None
 ) -> str:
     """Upload a converted folder to `repo_id` in one commit with `HfApi.upload_folder` (the repo is created if
-    needed). The folder is checked first (auto_map and every code file present). Returns the commit URL."""
+    needed). The folder is checked first (auto_map and every code file present: a `ConversionError`); a failed upload
+    is a `PushError` that says how to upload the complete folder later. Returns the commit URL."""
     from huggingface_hub import HfApi
 
     folder = Path(folder)
     check_output_folder(folder)
     api = HfApi(token=token)
-    api.create_repo(repo_id=repo_id, repo_type="model", private=private, exist_ok=True)
-    commit = api.upload_folder(
-        repo_id=repo_id,
-        repo_type="model",
-        folder_path=str(folder),
-        commit_message="Add Higgs Audio v3 converted to Transformers (weights, code, tokenizer, processor)",
-    )
+    try:
+        api.create_repo(repo_id=repo_id, repo_type="model", private=private, exist_ok=True)
+        commit = api.upload_folder(
+            repo_id=repo_id,
+            repo_type="model",
+            folder_path=str(folder),
+            commit_message="Add Higgs Audio v3 converted to Transformers (weights, code, tokenizer, processor)",
+        )
+    except Exception as error:  # the Hub's errors are many; the folder is complete either way
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise PushError(f"The upload to {repo_id} failed ({reason}). {upload_later_hint(folder, repo_id)}") from error
     return str(getattr(commit, "commit_url", commit))
 
 

@@ -16,15 +16,12 @@ padded with unreachable filler tokens `<|tiny_filler_N|>` (no merge produces the
 id 151642, and the 84 added tokens land on their real ids exactly as in the real file (`tokenizer.vocab_size` is
 151643 and `len(tokenizer)` 151727, as for the real tokenizer).
 
-Command line:
-
-    python -m higgs_v3.testing.tiny original OUT_DIR [--seed 0] [--no-codec]
-    python -m higgs_v3.testing.tiny random OUT_DIR [--seed 0] [--no-codec]
+On the command line: `higgs-v3 make-tiny [--original] DIR` (`cli/main`).
 """
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import copy
 import functools
 import json
@@ -41,6 +38,7 @@ from ..conversion.original_format import (
     TEXT_EMBEDDING,
     TEXT_HEAD,
     TOKENIZER_CONFIG,
+    codec_tensor_shapes,
     original_config,
     original_lm_shapes,
 )
@@ -132,13 +130,6 @@ def _learn_merges(text: str, num_merges: int) -> tuple[dict[str, int], list[tupl
     return vocab, merges
 
 
-def build_tiny_tokenizer():
-    """The tiny byte-level BPE as a `tokenizers.Tokenizer`, with the 84 added tokens at their real ids."""
-    from tokenizers import Tokenizer
-
-    return Tokenizer.from_str(_tiny_tokenizer_json())
-
-
 @functools.lru_cache(maxsize=1)
 def _tiny_tokenizer_json() -> str:
     """`tokenizer.json` of the tiny tokenizer (learned once per process: it is the same every time)."""
@@ -201,6 +192,35 @@ def loaded_tiny_tokenizer():
         return AutoTokenizer.from_pretrained(write_tiny_tokenizer(directory))
 
 
+@contextlib.contextmanager
+def token_ids_read_once_per_content():
+    """While the block runs, `conversion.original_format.read_original` parses a tokenizer once per content: its token
+    ids are kept by the sha256 of `tokenizer.json` and `tokenizer_config.json` (the same bytes give the same ids; a
+    changed or damaged copy is parsed, and refused, as it is). A test-side speed-up: the tiny tokenizer's 151643-entry
+    vocabulary takes about 0.1 s to parse, and the converter's tests read the same files dozens of times."""
+    import hashlib
+
+    from ..conversion import original_format
+
+    read, kept = original_format._read_token_ids, {}
+
+    def read_once(directory: Path):
+        try:
+            key = b"".join(hashlib.sha256((directory / name).read_bytes()).digest()
+                           for name in ("tokenizer.json", "tokenizer_config.json"))
+        except OSError:  # unreadable: the reader says so, naming the file
+            return read(directory)
+        if key not in kept:
+            kept[key] = read(directory)
+        return copy.deepcopy(kept[key])
+
+    original_format._read_token_ids = read_once
+    try:
+        yield
+    finally:
+        original_format._read_token_ids = read
+
+
 # ------------------------------------------------------------------------------------------ original-format checkpoint
 TINY_DIMS: dict = {
     "hidden_size": 32,
@@ -247,9 +267,7 @@ def tiny_codec_config() -> dict:
 
 
 def codec_state_dict_names(codec_config: dict) -> list[str]:
-    """The codec's parameter and buffer names for `codec_config`, in module order (built on the meta device)."""
-    from ..convert_checkpoint import codec_tensor_shapes
-
+    """The codec's parameter and buffer names for `codec_config`, in module order (`codec_tensor_shapes`)."""
     return list(codec_tensor_shapes(codec_config))
 
 
@@ -428,47 +446,23 @@ def make_tiny_random_model(directory: str | os.PathLike, *, seed: int = 0, with_
     return directory
 
 
-# ------------------------------------------------------------------------------------------------------ command line
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m higgs_v3.testing.tiny",
-        description="Write a tiny Higgs Audio v3 checkpoint: 'original' (the original repo format, for the "
-        "converter) or 'random' (the converted layout, loadable with AutoModel and trust_remote_code=True).",
-    )
-    parser.add_argument("kind", choices=["original", "random"])
-    parser.add_argument("output", help="output folder (created; existing files are overwritten)")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--no-codec", action="store_true", help="leave the codec out")
-    args = parser.parse_args(argv)
-    if args.kind == "original":
-        path = write_tiny_original_checkpoint(args.output, seed=args.seed, with_codec=not args.no_codec)
-    else:
-        path = make_tiny_random_model(args.output, seed=args.seed, with_codec=not args.no_codec)
-    print(f"Wrote a tiny {args.kind} Higgs Audio v3 checkpoint to {path}")
-    return 0
-
-
 __all__ = [
     "CHAT_TEMPLATE",
     "LICENSE_STUB",
     "TINY_CODEC_OVERRIDES",
     "TINY_DIMS",
-    "build_tiny_tokenizer",
     "codec_state_dict_names",
     "loaded_tiny_tokenizer",
-    "main",
     "make_tiny_random_model",
     "random_lm_tensor",
     "randomize_codebooks",
     "tiny_codec_config",
     "tiny_codec_tensors",
     "tiny_config",
+    "token_ids_read_once_per_content",
     "write_codec_config_file",
     "write_original_metadata",
     "write_tiny_original_checkpoint",
     "write_tiny_tokenizer",
 ]
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -64,14 +64,15 @@ def test_reference_audio_refusals(tmp_path):
     )):
         _prepared(inf, 24000)
     with pytest.raises(ValueError, match=re.escape(
-        "Reference audio is 100.00 s long (800001 samples at 8000 Hz); the longest accepted is 100 s. Trim it: 5 to 30 "
-        "s of clean speech is enough to clone a voice."
+        "Reference audio is 100.00 s long (800001 samples at 8000 Hz); the longest accepted is 100 s. Use a shorter "
+        "clip: 5 to 30 s of clean speech is enough to clone a voice."
     )):
         _prepared(np.zeros(800001, dtype=np.float32), 8000)
     assert _prepared(np.zeros(800000, dtype=np.float32), 8000).shape == (2400000,)  # exactly 100 s is accepted
     with pytest.raises(ValueError, match=re.escape(
-        "sampling_rate is required when the reference audio is an array: pass the rate of its samples in Hz (for files "
-        "it is read from the file)."
+        "Reference audio is an array of samples without its sampling rate; pass it too: sampling_rate=rate, {'array': "
+        "samples, 'sampling_rate': rate}, or in a chat message {'type': 'audio', 'audio': samples, 'sampling_rate': "
+        "rate}."
     )):
         _prepared(np.zeros(100, dtype=np.float32))
     for bad in (0, -16000, 22050.5, True):
@@ -116,7 +117,7 @@ def test_limits_are_parameters_with_documented_defaults():
     the module constants as defaults (what `model.encode_reference` applies)."""
     assert (MIN_REFERENCE_SECONDS, MAX_REFERENCE_SECONDS) == (1.0, 100.0)
     with pytest.raises(ValueError, match=re.escape(
-        "Reference audio is 2.50 s long (60000 samples at 24000 Hz); the longest accepted is 2 s. Trim it:"
+        "Reference audio is 2.50 s long (60000 samples at 24000 Hz); the longest accepted is 2 s. Use a shorter clip:"
     )):
         _prepared(np.zeros(60000, dtype=np.float32), 24000, max_seconds=2.0)
     assert _prepared(np.zeros(48000, dtype=np.float32), 24000, max_seconds=2.0).shape == (48000,)
@@ -276,20 +277,21 @@ def test_voice_file_refusals(tmp_path):
     other = tmp_path / "other.json"
     other.write_text(json.dumps({"codes": [[0] * 8], "format": "something_else"}))
     with pytest.raises(ValueError, match=re.escape(
-        f"{str(other)!r} is not a Higgs Audio v3 voice file: format is 'something_else', expected "
-        "'higgs_audio_v3_voice'."
+        f"Could not load voice file {str(other)!r}: its format is 'something_else', expected 'higgs_audio_v3_voice' "
+        "(not a Higgs Audio v3 voice file)."
     )):
         HiggsAudioV3Voice.load(other)
     newer = tmp_path / "newer.json"
     newer.write_text(json.dumps({"codes": [[0] * 8], "format": "higgs_audio_v3_voice", "version": 2}))
     with pytest.raises(ValueError, match=re.escape(
-        f"{str(newer)!r} is a version 2 voice file; this code reads versions up to 1. Update higgs-v3."
+        f"Could not load voice file {str(newer)!r}: it is a version 2 voice file; this code reads versions up to 1. "
+        "Update higgs-v3."
     )):
         HiggsAudioV3Voice.load(newer)
     no_codes = tmp_path / "list.json"
     no_codes.write_text(json.dumps([1, 2]))
     with pytest.raises(ValueError, match=re.escape(
-        f"{str(no_codes)!r} is not a Higgs Audio v3 voice file: no 'codes' field."
+        f"Could not load voice file {str(no_codes)!r}: no 'codes' field."
     )):
         HiggsAudioV3Voice.load(no_codes)
     from safetensors.torch import save_file
@@ -297,13 +299,14 @@ def test_voice_file_refusals(tmp_path):
     weights = tmp_path / "weights.safetensors"
     save_file({"weight": torch.zeros(2)}, str(weights))
     with pytest.raises(ValueError, match=re.escape(
-        f"{str(weights)!r} is not a Higgs Audio v3 voice file: it holds tensors ['weight'], expected ['codes']."
+        f"Could not load voice file {str(weights)!r}: it holds tensors ['weight'], expected ['codes']."
     )):
         HiggsAudioV3Voice.load(weights)
     unmarked = tmp_path / "unmarked.safetensors"
     save_file({"codes": torch.zeros(2, C, dtype=torch.long)}, str(unmarked))
     with pytest.raises(ValueError, match=re.escape(
-        f"{str(unmarked)!r} is not a Higgs Audio v3 voice file: format is None, expected 'higgs_audio_v3_voice'."
+        f"Could not load voice file {str(unmarked)!r}: its format is None, expected 'higgs_audio_v3_voice' (not a "
+        "Higgs Audio v3 voice file)."
     )):
         HiggsAudioV3Voice.load(unmarked)
     text_file = tmp_path / "v.txt"
@@ -315,6 +318,15 @@ def test_voice_file_refusals(tmp_path):
     missing = tmp_path / "nope.safetensors"
     with pytest.raises(FileNotFoundError, match=re.escape(f"Voice file {str(missing)!r} does not exist.")):
         HiggsAudioV3Voice.load(missing)
+    # The length rule's one wording, read from the header (safetensors) or counted (JSON); a limit may be given.
+    long = HiggsAudioV3Voice(codes=torch.zeros(51, C, dtype=torch.long)).save(tmp_path / "long.safetensors")
+    for path in (long, HiggsAudioV3Voice(codes=torch.zeros(51, C, dtype=torch.long)).save(tmp_path / "long.json")):
+        with pytest.raises(ValueError, match=re.escape(
+            f"Could not load voice file {str(path)!r}: it is 2.04 s long (51 frames at 25 frames per second); the "
+            "longest accepted is 2 s. Use a shorter clip: 5 to 30 s of clean speech is enough to clone a voice."
+        )):
+            HiggsAudioV3Voice.load(path, max_seconds=2.0)
+        assert HiggsAudioV3Voice.load(path, max_seconds=2.04).num_frames == 51
 
 
 # ---------------------------------------------------------------------------------------------------- from_any
@@ -361,3 +373,69 @@ def test_from_any_refusals():
             HiggsAudioV3Voice.from_any(value, "the voice of speaker A")
     with pytest.raises(ValueError, match=re.escape("The reference must be a HiggsAudioV3Voice")):  # the default name
         HiggsAudioV3Voice.from_any(None)
+
+
+# ------------------------------------------------------------------------------------------ load_reference
+def test_load_reference_decides_what_a_reference_is(tmp_path, second_audio_io):
+    """Voices (of either import, or saved) come back as this module's voices; clips in every form as the waveform
+    `prepare_reference_waveform` gives, with the transcript; `read=False` checks a clip's form and reads nothing."""
+    from higgs_v3.audio_io_higgs_v3 import ReferenceClip, is_clip, load_reference
+
+    codes = torch.arange(3 * C).reshape(3, C)
+    voice = HiggsAudioV3Voice(codes=codes, text="Saved.")
+    for value in (voice, second_audio_io.HiggsAudioV3Voice(codes=codes, text="Saved."),
+                  voice.save(tmp_path / "v.json"), str(voice.save(tmp_path / "v.safetensors"))):
+        loaded = load_reference(value)
+        assert type(loaded) is HiggsAudioV3Voice and torch.equal(loaded.codes, codes) and loaded.text == "Saved."
+        assert not is_clip(value)
+    assert load_reference(HiggsAudioV3Voice(codes=codes), text="Given.").text == "Given."
+    samples = np.random.default_rng(0).uniform(-0.3, 0.3, 16000).astype(np.float32)
+    wav = tmp_path / "clip.wav"
+    soundfile.write(wav, samples, 16000, subtype="FLOAT")
+    expected = prepare_reference_waveform(samples, 16000)
+    for value, rate in ((samples, 16000), (torch.from_numpy(samples), 16000), (wav, None), (str(wav), 44100),
+                        ({"array": samples, "sampling_rate": 16000}, None), ({"path": str(wav)}, None)):
+        clip = load_reference(value, "Its words.", sampling_rate=rate)
+        assert isinstance(clip, ReferenceClip) and clip.text == "Its words." and is_clip(value)
+        assert torch.equal(clip.waveform, expected)
+    assert load_reference(tmp_path / "missing.wav", read=False) == ReferenceClip(None, None)  # nothing read
+    assert load_reference("https://example.invalid/voice.json", read=False).waveform is None  # a URL is a clip
+
+
+def test_load_reference_refusals(tmp_path):
+    from higgs_v3.audio_io_higgs_v3 import load_reference
+
+    voice = HiggsAudioV3Voice(codes=torch.zeros(2, C, dtype=torch.long), text="Mine.")
+    with pytest.raises(ValueError, match=re.escape(
+        "The voice of 'Ann' already carries its transcript; do not pass reference_text as well."
+    )):
+        load_reference(voice, "Another.", where="the voice of 'Ann'")
+    for value in (3, None, [0.1, 0.2], voice.codes.tolist()):
+        with pytest.raises(ValueError, match=re.escape(
+            "The reference must be a voice (model.encode_reference(clip, text=...), HiggsAudioV3Voice.load, or a saved "
+            "voice file's path) or an audio clip (a file path, an http(s) URL, samples with sampling_rate, or "
+            f"{{'array': samples, 'sampling_rate': rate}}), got {type(value).__name__}."
+        )):
+            load_reference(value)
+    for value in (np.zeros(10, dtype=np.float32), {"array": np.zeros(10, dtype=np.float32)}):
+        with pytest.raises(ValueError, match=re.escape("The reference is an array of samples without its sampling")):
+            load_reference(value, read=False)  # the form is checked without reading
+    with pytest.raises(ValueError, match=re.escape(
+        "The reference is an audio dict without samples or a file (its keys: ['bytes'])")):
+        load_reference({"bytes": b""})
+    with pytest.raises(FileNotFoundError, match=re.escape("Reference audio file")):
+        load_reference(tmp_path / "missing.flac")
+
+
+def test_the_length_rule_has_one_wording():
+    from higgs_v3.audio_io_higgs_v3 import TARGET_ADVICE, check_length, length_problem
+
+    assert length_problem("x", 2500, 25, "frames") is None and length_problem("x", 2400000, 24000) is None
+    assert length_problem("The reference", 2501, 25, "frames") == (
+        "The reference is 100.04 s long (2501 frames at 25 frames per second); the longest accepted is "
+        "100 s. Use a shorter clip: 5 to 30 s of clean speech is enough to clone a voice.")
+    with pytest.raises(ValueError, match=re.escape(
+        "Target audio is 3.00 s long (72000 samples at 24000 Hz); the longest accepted is 2.5 s. Split long recordings "
+        "into sentences, one target each."
+    )):
+        check_length("Target audio", 72000, 24000, max_seconds=2.5, advice=TARGET_ADVICE)

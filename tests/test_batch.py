@@ -22,6 +22,7 @@ import numpy as np
 import psutil
 import pytest
 import soundfile
+import torch
 
 from higgs_v3 import audio_io_higgs_v3
 
@@ -62,7 +63,8 @@ def _batch(argv: list[str]) -> tuple[int, str, str]:
 # ------------------------------------------------------------------------------------------------ manifest (unit)
 def test_manifest_items_seeds_and_paths(tmp_path):
     (tmp_path / "voices").mkdir()
-    (tmp_path / "voices" / "ann.safetensors").write_bytes(b"x")
+    audio_io_higgs_v3.HiggsAudioV3Voice(codes=torch.zeros(3, 8, dtype=torch.long)).save(
+        tmp_path / "voices" / "ann.safetensors")
     path = _manifest(tmp_path, [{"text": "One.", "output": "a"}, "", {"text": "Two.", "output": "b.flac", "seed": 5},
                                 {"text": "Three.", "output": "c", "voice": "voices/ann.safetensors"}])
     items = read_manifest(path, base_seed=100)
@@ -97,6 +99,25 @@ def test_manifest_refusals(tmp_path, lines, message):
     assert str(error.value).endswith(message)
 
 
+def test_a_bad_voice_or_clip_is_refused_with_its_line_before_any_model_work(tmp_path):
+    """The manifest's voices and clips are loaded as the library loads them (`HiggsAudioV3Voice.load`,
+    `prepare_reference_waveform`) when it is read: a damaged one is refused naming its line, in the library's words."""
+    (tmp_path / "v.safetensors").write_bytes(b"not a voice")
+    (tmp_path / "clip.wav").write_text("not audio")
+    with pytest.raises(ValueError) as error:
+        read_manifest(_manifest(tmp_path, [{"text": "Hi.", "output": "a", "voice": "v.safetensors"}]))
+    assert str(error.value).startswith(f"manifest.jsonl line 1: Could not load voice file "
+                                       f"{str(tmp_path / 'v.safetensors')!r}: it is not a readable safetensors file")
+    with pytest.raises(ValueError) as error:
+        read_manifest(_manifest(tmp_path, [{"text": "Hi.", "output": "a"},
+                                           {"text": "Yo.", "output": "b", "reference": "clip.wav"}]))
+    assert str(error.value).startswith(f"manifest.jsonl line 2: Could not read reference audio file "
+                                       f"{str(tmp_path / 'clip.wav')!r} (")
+    code, out, err = _batch([str(tmp_path / "manifest.jsonl"), "--out-dir", str(tmp_path / "out")])
+    assert (code, out) == (2, "") and err.startswith("higgs-v3: error: manifest.jsonl line 2: Could not read ")
+    assert len(err.splitlines()) == 1 and not (tmp_path / "out").exists()
+
+
 def test_manifest_refusals_on_the_command_line(tmp_path):
     path = _manifest(tmp_path, [{"text": "Hi.", "output": "a", "voice": "missing.safetensors"}])
     code, out, err = _batch([str(path), "--out-dir", str(tmp_path / "out")])
@@ -106,6 +127,10 @@ def test_manifest_refusals_on_the_command_line(tmp_path):
     code, _, err = _batch([str(_manifest(tmp_path, [{"text": "Hi.", "output": "a", "seed": -1}])),
                            "--out-dir", str(tmp_path / "out")])
     assert code == 2 and err.startswith("higgs-v3: error: manifest.jsonl line 1: 'seed' must be")
+    code, _, err = _batch([str(path), "--out-dir", str(tmp_path / "out"), "--seed", "-1"])
+    assert (code, err) == (2, "higgs-v3: error: --seed must be an integer in [0, 2**62), got -1.\n")
+    code, _, err = _batch([str(path), "--out-dir", str(tmp_path / "out"), "--max-seconds", "4e7"])
+    assert code == 2 and err.startswith("higgs-v3: error: --max-seconds 4e+07 is more than one chunk can hold: ")
     assert not (tmp_path / "out").exists()  # nothing is created before the manifest passes
 
 
@@ -128,9 +153,8 @@ def test_the_seed_of_an_items_last_chunk_is_checked_before_any_generation(tmp_pa
                                 {"text": text, "output": "b", "seed": 2**62 - 1}])
     with pytest.raises(ValueError) as error:
         run_batch(_Unreachable(), processor, read_manifest(path), tmp_path / "out", max_chars=20, progress=False)
-    assert str(error.value) == ("The seed of line 2 (4611686018427387903) is too large for its text's 2 chunks: chunk k "
-                                "is spoken with seed + k, which must stay below 2**62; give a seed of at most "
-                                "4611686018427387902.")
+    assert str(error.value) == ("The seed of line 2's last chunk (seed + 1) must be an integer in [0, 2**62), got "
+                                "4611686018427387904.")
     assert not (tmp_path / "out").exists()  # nothing written
     path = _manifest(tmp_path, [{"text": text, "output": "b", "seed": 2**62 - 2}])
     with pytest.raises(_Reached):  # the largest valid seed for two chunks passes the checks

@@ -257,6 +257,26 @@ def test_script_bookkeeping():
     assert script("gpu_benchmark").ttfa_rows(10, 12, 8) == 31  # 10 frames + 12 context + 8 codebooks + 1
 
 
+def test_finetune_memory_estimate_counts_match_the_models():
+    """The shapes behind docs/TRAINING.md's computed LoRA memory (`bench_finetune`): the parameter counts equal a real
+    model's and PEFT's, at two widths."""
+    from peft import get_peft_model
+
+    from conftest import tiny_model
+    from higgs_v3.training.finetune import lora_config
+
+    bench = script("bench_finetune")
+    for overrides in ({}, {"hidden_size": 64, "head_dim": 8, "num_attention_heads": 8, "intermediate_size": 96}):
+        model = tiny_model(**overrides)
+        assert bench.backbone_parameter_count(model.config) == sum(p.numel() for p in model.parameters())
+        peft_model = get_peft_model(model, lora_config(rank=4))
+        trained = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
+        assert bench.lora_parameter_count(model.config, rank=4) == trained
+    parts = bench.estimate_lora_memory(model.config, positions=100, rank=4, codec_parameters=10)
+    assert parts["codec_fp32"] == 40 and parts["head_and_loss"] == 100 * 8 * 1026 * 14
+    assert parts["total"] == sum(v for k, v in parts.items() if k != "total")
+
+
 # ---------------------------------------------------------------------------------------------- scripts
 @pytest.mark.integration
 def test_bench_decode_tiny(tmp_path, stock_reads):

@@ -246,7 +246,7 @@ SLOW_ERROR_CASES = {
     "missing reference": (["speak", "Hello", "--model", "tiny-random", "--ref-audio", "missing.wav"],
                           "higgs-v3: error: Reference audio file 'missing.wav' does not exist."),
     "unreadable reference": (["speak", "Hello", "--model", "tiny-random", "--ref-audio", "fake.wav"],
-                             "higgs-v3: error: Reference audio file 'fake.wav' is not readable audio ("),
+                             "higgs-v3: error: Could not read reference audio file 'fake.wav' ("),
     "speaker without voice": (["speak", "--dialogue", "[Ann] Hi.\n[Bob] Hey.", "--model", "tiny-random"],
                               "higgs-v3: error: Speaker 'Ann' (line 1) has no voice; give one per speaker"),
     "bad option": (["speak", "Hello", "--max-seconds", "0"],
@@ -293,6 +293,8 @@ def in_process(cache, tmp_path, monkeypatch, capsys):
     (tmp_path / "latin1.txt").write_bytes("caf\xe9 au lait".encode("latin-1"))
     (tmp_path / "play.txt").write_text("[Ann] Hi.\n", encoding="utf-8")
     soundfile.write(str(tmp_path / "clip.wav"), np.zeros(24000, dtype=np.float32), 24000)
+    (tmp_path / "listed").mkdir()
+    (tmp_path / "listed" / "config.json").write_text("[1]")
 
     def call(*args: str) -> tuple[int, str, str]:
         code = main_restoring_library_settings(list(args))
@@ -319,7 +321,7 @@ IN_PROCESS_ERRORS = {
     "dialogue missing clip": (["speak", "--dialogue", "[Ann] Hi.", "--voice", "Ann=gone.wav:Hello"],
                               "higgs-v3: error: Voice file or reference clip 'gone.wav' for speaker 'Ann' does not exist."),
     "dialogue unreadable clip": (["speak", "--dialogue", "[Ann] Hi.", "--voice", "Ann=fake.wav"],
-                                 "higgs-v3: error: Reference clip 'fake.wav' for speaker 'Ann' is not readable audio ("),
+                                 "higgs-v3: error: Could not read reference audio file 'fake.wav' ("),
     "dialogue stranger voice": (["speak", "--dialogue", "[Ann] Hi.", "--voice", "Ann=clip.wav", "--voice", "Bo=clip.wav"],
                                 "higgs-v3: error: Voices were given for 'Bo', who never speak; the script's speakers are 'Ann'."),
     "dialogue no speaker": (["speak", "--dialogue", "Hi.\n[Ann] Yo."],
@@ -355,6 +357,9 @@ IN_PROCESS_ERRORS = {
     "model folder without config": (["speak", "Hi", "--model", "."],
                                     "higgs-v3: error: Model folder '.' has no config.json; give a folder with a converted "
                                     "or original Higgs Audio v3 checkpoint."),
+    "model config not an object": (["speak", "Hi", "--model", "listed"],
+                                   "higgs-v3: error: The model config 'listed/config.json' holds a JSON list, not an "
+                                   "object."),
     "bad top-p": (["speak", "Hi", "--top-p", "1.5"],
                   "higgs-v3 speak: error: argument --top-p: --top-p must be in (0, 1], got '1.5' (see higgs-v3 speak --help)"),
     "no command": ([], "usage: higgs-v3"),
@@ -472,14 +477,32 @@ def test_convert_help_names_the_command(capsys):
     assert out.startswith("usage: higgs-v3 convert ") and "convert_checkpoint.py" not in out
 
 
-@pytest.mark.parametrize("code,expected", [(0, 0), (None, 0), (1, 1), (2, 2), (130, 130), (7, 2)])
-def test_convert_keeps_the_converter_exit_codes(monkeypatch, code, expected):
-    """`higgs-v3 convert` exits as `convert_checkpoint.py` does: 1 for a failed upload of a complete conversion (not
-    a user fault), 2 for a user fault, 130 when interrupted."""
+@pytest.mark.parametrize("raised, code, message", [
+    (None, 0, ""),
+    (ValueError("The input 'x' is neither an existing folder nor a Hub repo id."), 2,
+     "higgs-v3 convert: error: The input 'x' is neither an existing folder nor a Hub repo id.\n"),
+    (KeyboardInterrupt(), 130, "higgs-v3 convert: interrupted\n"),
+    (RuntimeError("boom"), 1, "higgs-v3 convert: internal error: RuntimeError: boom (set HIGGS_V3_DEBUG=1 for the "
+                              "traceback)\n"),
+], ids=["success", "user fault", "interrupted", "bug"])
+def test_convert_runs_through_the_one_error_path(monkeypatch, capsys, raised, code, message):
+    """`higgs-v3 convert` (and `python convert_checkpoint.py`, the same command) exits through the command line's one
+    error path: 0, 2 for a fault of the input, output or options, 130 when interrupted, 1 for a bug; a failed upload of
+    a complete conversion is 1 too (test_convert.py)."""
     from higgs_v3 import convert_checkpoint
+    from higgs_v3.conversion.original_format import ConversionError
 
-    monkeypatch.setattr(convert_checkpoint, "main", lambda argv, prog: code)
-    assert cli_main.cmd_convert(["--input", "x", "--output", "y"]) == expected
+    def conversion(*args, **kwargs):
+        if raised is not None:
+            raise ConversionError(str(raised)) if isinstance(raised, ValueError) else raised
+        return convert_checkpoint.ConversionResult(Path("out"), 3, ["model.safetensors"], {}, True)
+
+    monkeypatch.setattr(convert_checkpoint, "convert", conversion)
+    assert main_restoring_library_settings(["convert", "--input", "x", "--output", "y", "--no-verify"]) == code
+    captured = capsys.readouterr()
+    assert captured.err == message
+    if raised is None:
+        assert captured.out == "Converted 3 tensors into out (model.safetensors).\nNot verified (--no-verify).\n"
 
 
 # ----------------------------------------------------------------------------------------- the README's commands

@@ -24,6 +24,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 from transformers import AutoModel, AutoProcessor, GenerationConfig
 
+import higgs_v3.conversion.cache as cache
 import higgs_v3.convert_checkpoint as cc
 import higgs_v3.conversion.original_format as original_format
 import higgs_v3.conversion.verification as verification
@@ -36,13 +37,19 @@ from higgs_v3.conversion.repo import (
     shard_split,
     write_weights,
 )
-from higgs_v3.convert_checkpoint import ConversionError, convert, main
+from higgs_v3.cli.main import main as cli_main
+from higgs_v3.convert_checkpoint import ConversionError, convert
 from higgs_v3.delay_higgs_v3 import apply_delay_pattern
 from higgs_v3.generation_higgs_v3 import MAX_NEW_TOKENS, default_generation_config
 from higgs_v3.modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
 from higgs_v3.conversion.original_format import original_config, original_lm_shapes, read_original
 from higgs_v3.processing_higgs_v3 import TTS_CHAT_TEMPLATE, HiggsAudioV3Processor
-from higgs_v3.testing.tiny import tiny_codec_config, write_codec_config_file, write_tiny_original_checkpoint
+from higgs_v3.testing.tiny import (
+    tiny_codec_config,
+    token_ids_read_once_per_content,
+    write_codec_config_file,
+    write_tiny_original_checkpoint,
+)
 
 
 CODEC_PREFIX = "tied.embedding.modality_embeddings.0.model."
@@ -83,11 +90,23 @@ def _expected_files() -> list[str]:
     return sorted(NON_CODE_FILES + [p.name for p in remote_code_files()])
 
 
+def main(argv: list[str]) -> int:
+    """`python convert_checkpoint.py ARGV`, in this process: the command line's `convert` under the script's name."""
+    return cli_main(["convert", *argv], convert_prog="convert_checkpoint.py")
+
+
 def _run_main(argv: list[str]) -> tuple[int, str]:
     stdout = io.StringIO()
     with contextlib.redirect_stdout(stdout):
         code = main(argv)
     return code, stdout.getvalue()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tokenizer_parsed_once():
+    """`read_original` parses the same tiny tokenizer dozens of times here: once per content is enough."""
+    with token_ids_read_once_per_content():
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -401,6 +420,24 @@ def test_refuses_a_non_empty_output_without_overwrite(original, guarded_output):
     _assert_untouched(guarded_output)
 
 
+def test_an_output_filled_during_the_conversion_is_not_replaced(original, tmp_path, monkeypatch):
+    """Another run fills the (empty) output while this one writes its staging folder: without --overwrite it is left
+    as it is (`conversion.folders.staged_folder`), and the staging folder is removed."""
+    def meanwhile(source, plan, staging, split, **kwargs):  # what this run writes does not matter here
+        (staging / "config.json").write_text("{}")
+        (tmp_path / "out" / "theirs.txt").write_text("another run's")
+        return ["model.safetensors"], None, None
+
+    (tmp_path / "out").mkdir()
+    monkeypatch.setattr(cc, "_write_and_verify", meanwhile)
+    with pytest.raises(ConversionError, match=re.escape(
+        f"The output folder '{tmp_path / 'out'}' became non-empty during the conversion; not replacing it."
+    )):
+        convert(original, tmp_path / "out", verify=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["theirs.txt"]
+
+
 def test_refuses_a_wrong_model_type(broken, guarded_output):
     _damage_config(broken, lambda c: c.update(model_type="qwen3"))
     with pytest.raises(ConversionError, match=re.escape(
@@ -486,25 +523,6 @@ def test_refuses_corrupted_tensor_data(broken, guarded_output):
     )):
         convert(broken, guarded_output, overwrite=True, verify=False)
     _assert_untouched(guarded_output)
-
-
-def test_token_ids_are_parsed_once_per_content(original, tmp_path, monkeypatch):
-    """`read_original` keeps the token ids by the tokenizer files' content: the same files (or a copy) are not parsed
-    again, a changed file is."""
-    parsed = []
-    parse = original_format._parse_token_ids
-    monkeypatch.setattr(original_format, "_parse_token_ids", lambda directory: parsed.append(directory) or parse(directory))
-    monkeypatch.setattr(original_format, "_TOKEN_IDS_READ", {})
-    first = read_original(original)
-    copy_dir = Path(shutil.copytree(original, tmp_path / "copy"))
-    assert read_original(copy_dir).token_ids == first.token_ids and parsed == [original]
-    config = json.loads((copy_dir / "tokenizer_config.json").read_text())
-    config["pad_token"] = "<|tts|>"
-    (copy_dir / "tokenizer_config.json").write_text(json.dumps(config))
-    changed = read_original(copy_dir)
-    assert parsed == [original, copy_dir] and changed.token_ids["pad"] == 151667 != first.token_ids["pad"]
-    changed.token_ids["pad"] = 0  # a caller's change does not reach the kept result
-    assert read_original(copy_dir).token_ids["pad"] == 151667
 
 
 def test_refuses_a_tokenizer_without_the_required_specials(broken, guarded_output):
@@ -806,7 +824,7 @@ def test_real_checkpoint_names_and_shapes_are_fully_accounted():
     config implies."""
     config = original_config()
     shapes = original_lm_shapes(config)
-    codec = cc.codec_tensor_shapes(REAL_CODEC_CONFIG)
+    codec = original_format.codec_tensor_shapes(REAL_CODEC_CONFIG)
     codec["semantic_model.masked_spec_embed"] = (768,)
     lines = "".join(sorted(f"{name}\t{list(shape)}" for name, shape in codec.items()))
     assert hashlib.sha256(lines.encode()).hexdigest() == REAL_CODEC_TENSORS_SHA256  # the real codec, name for name
@@ -977,9 +995,8 @@ def test_a_failed_upload_prints_the_summary_and_how_to_upload_later(original, co
         f"higgs_v3.conversion.repo.push_folder_to_hub({str(output)!r}, {REPO_ID!r}).\n"
     )
     check_output_folder(output)  # complete, as the message says
-    with pytest.raises(cc.PushError) as error:
-        convert(original, tmp_path / "again", verify=False, push_to_hub=REPO_ID)
-    assert error.value.result.output_dir == tmp_path / "again" and error.value.result.pushed_to is None
+    with pytest.raises(original_format.PushError, match=re.escape(f"The upload to {REPO_ID} failed (Connection reset")):
+        push_folder_to_hub(output, REPO_ID)  # the converted folder is pushed with this, the message's function
 
 
 def test_push_refuses_an_incomplete_folder(converted, tmp_path, monkeypatch):
@@ -1007,20 +1024,20 @@ def test_from_original_converts_once_into_a_cache(original, converted, tmp_path,
         calls.append((Path(source), kwargs))
         shutil.copytree(converted[0], target)
 
-    monkeypatch.setattr(cc, "convert", convert_by_copy)
-    model = cc.from_original(original, cache_dir=tmp_path / "cache", verify=False)
+    monkeypatch.setattr(cache, "convert", convert_by_copy)
+    model = cache.from_original(original, cache_dir=tmp_path / "cache", verify=False)
     assert type(model).__name__ == "HiggsAudioV3ForConditionalGeneration" and model.dtype == torch.bfloat16
     cached = sorted((tmp_path / "cache").iterdir())
     assert len(cached) == 1 and cached[0].name.startswith("higgs-audio-v3-tts-4b-")
     assert calls == [(original, {"dtype": "bfloat16", "overwrite": True, "verify": False, "codec_config": None})]
-    again = cc.from_original(original, cache_dir=tmp_path / "cache", verify=False)
+    again = cache.from_original(original, cache_dir=tmp_path / "cache", verify=False)
     assert len(calls) == 1  # not converted twice
     ids = torch.tensor([[151667, 151672, 9707, 151670]])
     with torch.no_grad():
         assert torch.equal(model(input_ids=ids).logits, again(input_ids=ids).logits)
-    assert cc.converted_path(original, tmp_path / "cache") == cached[0]
+    assert cache.converted_path(original, tmp_path / "cache") == cached[0]
     # The pair: the model and the processor of the same converted folder.
-    pair_model, processor = cc.from_original(original, cache_dir=tmp_path / "cache", verify=False, with_processor=True)
+    pair_model, processor = cache.from_original(original, cache_dir=tmp_path / "cache", verify=False, with_processor=True)
     assert len(calls) == 1 and type(processor).__name__ == "HiggsAudioV3Processor"
     expected = HiggsAudioV3Processor.from_pretrained(cached[0])("Hello there.")
     assert torch.equal(processor("Hello there.")["input_ids"], expected["input_ids"])
@@ -1029,7 +1046,7 @@ def test_from_original_converts_once_into_a_cache(original, converted, tmp_path,
 
 def test_auto_classes_on_an_original_folder_point_to_from_original(original):
     """The original repo has no processor and no `auto_map`: instead of a plain tokenizer (no TTS prompts),
-    `AutoProcessor` raises an error that names `from_original` (once the converter module is imported), and so do
+    `AutoProcessor` raises an error that names `from_original` (once `conversion.cache` is imported), and so do
     `AutoModel` / `AutoModelForTextToWaveform`; `AutoTokenizer` still reads the tokenizer."""
     from transformers import AutoTokenizer
 
@@ -1062,9 +1079,9 @@ def test_the_codec_config_is_part_of_the_cache_key(original, tmp_path, monkeypat
         Path(target).mkdir(parents=True)
         (Path(target) / "config.json").write_text("{}")
 
-    monkeypatch.setattr(cc, "convert", fake_convert)
-    first = cc.converted_path(original, tmp_path / "cache")
-    explicit = cc.converted_path(original, tmp_path / "cache", codec_config=tiny_codec_config())
+    monkeypatch.setattr(cache, "convert", fake_convert)
+    first = cache.converted_path(original, tmp_path / "cache")
+    explicit = cache.converted_path(original, tmp_path / "cache", codec_config=tiny_codec_config())
     assert first != explicit
-    assert cc.converted_path(original, tmp_path / "cache", codec_config=tiny_codec_config()) == explicit
+    assert cache.converted_path(original, tmp_path / "cache", codec_config=tiny_codec_config()) == explicit
     assert targets == [(first, None), (explicit, tiny_codec_config())]

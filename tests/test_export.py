@@ -23,14 +23,15 @@ from safetensors.torch import load_file, save_file
 from transformers import AutoProcessor
 
 from higgs_v3.conversion import export
-from higgs_v3.convert_checkpoint import convert, main
+from higgs_v3.cli.main import main as cli_main
+from higgs_v3.convert_checkpoint import convert
 from higgs_v3.conversion.repo import ORIGINAL_CHAT_TEMPLATE_FILE
 from higgs_v3.conversion.export import export_to_original, original_name
 from higgs_v3.modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
 from higgs_v3.conversion.original_format import TOKENIZER_CONFIG, ConversionError, read_codec_config_file
 from higgs_v3.conversion.folders import OWNER_FILE
 from higgs_v3.processing_higgs_v3 import TTS_CHAT_TEMPLATE
-from higgs_v3.testing.tiny import write_tiny_original_checkpoint
+from higgs_v3.testing.tiny import token_ids_read_once_per_content, write_tiny_original_checkpoint
 
 
 REFERENCE = Path(__file__).resolve().parent / "reference"  # the real checkpoint's metadata, verbatim
@@ -45,11 +46,23 @@ def _headers(directory: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
         return {name: (f.get_slice(name).get_dtype(), tuple(f.get_slice(name).get_shape())) for name in f.keys()}
 
 
+def main(argv: list[str]) -> int:
+    """`python convert_checkpoint.py ARGV`, in this process: the command line's `convert` under the script's name."""
+    return cli_main(["convert", *argv], convert_prog="convert_checkpoint.py")
+
+
 def _run_main(argv: list[str]) -> tuple[int, str, str]:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(argv)
     return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tokenizer_parsed_once():
+    """`read_original` parses the same tiny tokenizer several times here: once per content is enough."""
+    with token_ids_read_once_per_content():
+        yield
 
 
 @pytest.fixture(scope="module")
@@ -247,11 +260,12 @@ def test_untied_heads_come_back_under_their_names(tmp_path):
 
 # ------------------------------------------------------------------------------------------------------ refusals
 def test_the_converter_and_the_export_share_one_dtype_table(tmp_path):
-    """`--dtype` has one table for both directions (`repo_files.WEIGHT_DTYPES`) and one refusal."""
-    from higgs_v3 import convert_checkpoint
+    """`--dtype` has one table for both directions (`repo_files.WEIGHT_DTYPES`, whose names the command line's parser
+    offers without importing torch) and one refusal."""
+    from higgs_v3.cli import main as cli_module
     from higgs_v3.conversion import repo as repo_files
 
-    assert convert_checkpoint.DTYPES is export.EXPORT_DTYPES is repo_files.WEIGHT_DTYPES
+    assert cli_module.DTYPES == tuple(repo_files.WEIGHT_DTYPES)
     assert repo_files.WEIGHT_DTYPES == {"bfloat16": torch.bfloat16, "float16": torch.float16,
                                                      "float32": torch.float32}
     message = "dtype 'int8' is not supported; use one of bfloat16, float16, float32."

@@ -96,18 +96,18 @@ def test_training_batch_padding_both_sides(processor):
 
 
 def test_target_refusals(processor, tmp_path):
-    with pytest.raises(ValueError, match=r"The audio_target has 7 frames; a training target needs at least 8 \(0.32 s\)"):
+    with pytest.raises(ValueError, match=r"The codes of the audio_target must be .* with at least 8 frames"):
         processor(text="Hi.", audio_target=random_codes(7, 0))
     with pytest.raises(ValueError, match=r"'x.wav', an audio file: the processor does not run the codec"):
         processor(text="Hi.", audio_target="x.wav")
     with pytest.raises(ValueError, match=r"is a waveform: the processor does not run the codec.*model.encode_target"):
         processor(text="Hi.", audio_target=(np.zeros(24000, dtype=np.float32), 24000))
-    with pytest.raises(ValueError, match=r"The codes of the audio_target range from \d+ to 1025; raw codec codes lie in 0..1023"):
+    with pytest.raises(ValueError, match=r"The codes of the audio_target must be .* got values from \d+ to 1025"):
         processor(text="Hi.", audio_target=delayed_by_loop(random_codes(9, 0)))
     with pytest.raises(ValueError) as error:  # a target's own advice, not a reference's ("5 to 30 s ... is enough")
         processor(text="Hi.", audio_target=random_codes(2501, 0))
-    assert str(error.value) == ("The codes of the audio_target have 2501 frames (100.0 s); the longest training target "
-                                "accepted is 100 s (2500 frames). Split long recordings into sentences, one target each.")
+    assert str(error.value) == ("The audio_target is 100.04 s long (2501 frames at 25 frames per second); the longest "
+                                "accepted is 100 s. Split long recordings into sentences, one target each.")
     with pytest.raises(ValueError, match=r"Unknown control tag '<\|emotion:angri\|>' in the text"):
         processor(text="<|emotion:angri|>Hi.", audio_target=random_codes(9, 0))
     with pytest.raises(ValueError, match=r"padding_side must be 'left' or 'right', got 'middle'"):
@@ -244,6 +244,9 @@ def test_prepare_examples_encodes_once_and_caches(tmp_path, processor, codec_mod
     again = prepare_examples(codec_model, processor, items, cache_dir=tmp_path / "cache")
     assert (again.encoded, again.cache_hits) == (0, 2)  # the second epoch / run never runs the codec
     assert all(torch.equal(a["audio_input_ids"], b["audio_input_ids"]) for a, b in zip(again, dataset))
+    # A cached target is encode_target's under its limit: a lower limit refuses the longer clip, as without a cache.
+    with pytest.raises(ValueError, match=r"^b: Reference audio file .* is 0\.80 s long .*the longest accepted is 0\.6 s"):
+        prepare_examples(codec_model, processor, items, cache_dir=tmp_path / "cache", max_seconds=0.6)
     manifest = tmp_path / "m.jsonl"
     manifest.write_text(json.dumps({"audio": "data/b.wav", "text": "Line b.", "ref_audio": "data/a.wav",
                                     "ref_text": "Line a."}) + "\n", encoding="utf-8")
@@ -299,8 +302,9 @@ def test_bad_clips_name_the_item(tmp_path, processor, codec_model, caplog):
     ]
     expected = {
         "short": r"short: Target audio is 0.200 s long; a training target needs at least 8 codec frames \(0.32 s\)",
-        "long": r"long: the audio is 2.50 s long; the longest accepted is 2 s \(max_seconds\)",
-        "broken": r"broken: could not read the audio file '.*broken.wav'",
+        "long": r"long: Reference audio file '.*long.wav' is 2.50 s long \(60000 samples at 24000 Hz\); the longest "
+                r"accepted is 2 s. Split long recordings into sentences, one target each$",
+        "broken": r"broken: Could not read reference audio file '.*broken.wav'",
         "tag": r"tag: Unknown control tag '<\|emotion:angri\|>' in the transcript of tag",
     }
     for item in items[:4]:
@@ -309,24 +313,7 @@ def test_bad_clips_name_the_item(tmp_path, processor, codec_model, caplog):
     with caplog.at_level(logging.WARNING, logger="higgs_v3.training.finetune"):
         dataset = prepare_examples(codec_model, processor, items, max_seconds=2.0, skip_invalid=True)
     assert dataset.names == ["good"]
-    assert "Skipped 4 of 5 items: short: " in caplog.text and "broken: could not read" in caplog.text
-
-
-def test_memory_estimate_counts_match_the_models():
-    """The shapes behind docs/TRAINING.md's computed LoRA memory: the parameter counts equal a real model's and
-    PEFT's, at two widths."""
-    from peft import get_peft_model
-
-    from higgs_v3.training.finetune import backbone_parameter_count, estimate_lora_memory, lora_config, lora_parameter_count
-
-    for overrides in ({}, {"hidden_size": 64, "head_dim": 8, "num_attention_heads": 8, "intermediate_size": 96}):
-        model = tiny_model(**overrides)
-        assert backbone_parameter_count(model.config) == sum(p.numel() for p in model.parameters())
-        peft_model = get_peft_model(model, lora_config(rank=4))
-        assert lora_parameter_count(model.config, rank=4) == sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
-    parts = estimate_lora_memory(model.config, positions=100, rank=4, codec_parameters=10)
-    assert parts["codec_fp32"] == 40 and parts["head_and_loss"] == 100 * 8 * 1026 * 14
-    assert parts["total"] == sum(v for k, v in parts.items() if k != "total")
+    assert "Skipped 4 of 5 items: short: " in caplog.text and "broken: Could not read" in caplog.text
 
 
 # ---------------------------------------------------------------------------------------------- review fixes
@@ -391,10 +378,12 @@ def test_codes_cache_writes_atomically_and_re_encodes_a_damaged_entry(tmp_path, 
 
 def test_tuned_model_folder_is_written_whole_with_the_original_template(tmp_path, processor):
     """`save_full_repo(..., base=)` copies the base's original_chat_template.jinja and LICENSE / NOTICE files (so that
-    `export --to-original` of a tuned model restores the original template); `_save_in_place` writes into a staging
-    folder and swaps it in: a failed save leaves the previous folder untouched and no staging folder behind."""
+    `export --to-original` of a tuned model restores the original template); the run saves it with
+    `conversion.folders.staged_folder`, into a staging folder swapped in at the end: a failed save leaves the previous
+    folder untouched and no staging folder behind."""
+    from higgs_v3.conversion.folders import staged_folder
     from higgs_v3.conversion.repo import ORIGINAL_CHAT_TEMPLATE_FILE
-    from higgs_v3.training.finetune import _save_in_place, save_full_repo
+    from higgs_v3.training.finetune import save_full_repo
 
     base = tmp_path / "base"
     base.mkdir()
@@ -404,26 +393,46 @@ def test_tuned_model_folder_is_written_whole_with_the_original_template(tmp_path
     (base / "README.md").write_text("not copied", encoding="utf-8")
     model, folder = tiny_model(), tmp_path / "out" / "model"
     folder.parent.mkdir()
-    _save_in_place(folder, lambda staging: save_full_repo(model, processor, staging, base=base))
+    with staged_folder(folder, "saving") as staging:
+        save_full_repo(model, processor, staging, base=base)
     assert (folder / ORIGINAL_CHAT_TEMPLATE_FILE).read_text(encoding="utf-8") == "{{ original }}"
     assert (folder / "LICENSE").read_text() == "license text" and (folder / "NOTICE.md").read_text() == "notice text"
     assert not (folder / "README.md").exists() and (folder / "model.safetensors").is_file()
     assert sorted(p.name for p in folder.parent.iterdir()) == ["model"]  # staging folder renamed, owner file gone
     assert not (folder / ".higgs_v3_owner.json").exists()
 
-    def dies(staging):
+    before = (folder / "model.safetensors").read_bytes()
+    with pytest.raises(KeyboardInterrupt), staged_folder(folder, "saving") as staging:
         (staging / "model.safetensors").write_bytes(b"half")
         raise KeyboardInterrupt
-
-    before = (folder / "model.safetensors").read_bytes()
-    with pytest.raises(KeyboardInterrupt):
-        _save_in_place(folder, dies)
     assert (folder / "model.safetensors").read_bytes() == before
     assert sorted(p.name for p in folder.parent.iterdir()) == ["model"]
 
     without = tmp_path / "plain"
     save_full_repo(model, processor, without, base=tmp_path / "out")  # a base without them: nothing copied
     assert not (without / ORIGINAL_CHAT_TEMPLATE_FILE).exists() and not (without / "LICENSE").exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--data", "gone"], "--data 'gone' is neither a folder of name.wav + name.txt pairs nor a .jsonl manifest (it "
+                         "does not exist)."),
+    (["--held-out", "1.5"], "--held-out must be a fraction in [0, 1), got 1.5."),
+    (["--device", "cuda"], "--device 'cuda': fine-tuning runs on the Trainer's device (a GPU when one is visible; "
+                           "choose it with CUDA_VISIBLE_DEVICES) or, with --device cpu, on the CPU."),
+    (["--push-adapter"], "--push-adapter pushes a LoRA adapter: add --lora (or push the full model without it)."),
+], ids=["missing data", "held-out", "device", "push-adapter"])
+def test_finetune_refusals_come_before_any_model_work(monkeypatch, capsys, tmp_path, argv, message):
+    """`higgs-v3 finetune` refuses bad options and data with `FinetuneRun`'s checks (one wording each, as the Python
+    API gives them), before any model is resolved or loaded."""
+    from higgs_v3.cli import main as cli_main
+    from higgs_v3.cli import models
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    monkeypatch.setattr(models, "resolve_model", lambda *a, **k: pytest.fail("the model was resolved"))
+    data = [] if "--data" in argv else ["--data", "data"]
+    assert cli_main.main(["finetune", *data, "--output", "out", *argv]) == 2
+    assert capsys.readouterr().err == f"higgs-v3: error: {message}\n"
 
 
 def test_finetune_out_of_memory_hint_names_finetune_options(monkeypatch, capsys, tmp_path):

@@ -145,12 +145,9 @@ def test_finetune_command(tmp_path, monkeypatch, capsys):
     import numpy as np
     import soundfile
 
-    from higgs_v3 import HiggsAudioV3Config
-
     from higgs_v3.cli import main as cli_main
 
     from higgs_v3.conversion import repo as repo_files
-    from higgs_v3.training.finetune import lora_parameter_count
     from higgs_v3.cli.models import ensure_tiny_random
 
     base = tmp_path / "base"  # the tiny random model, with what a converted original repo carries besides
@@ -173,7 +170,14 @@ def test_finetune_command(tmp_path, monkeypatch, capsys):
     assert cli_main.main([*common, "--max-steps", "4", "--epochs", "1", "--push-to-hub", "me/tuned"]) == 0
     captured = capsys.readouterr()
     assert "2 training and 1 held-out examples (3 clips encoded, 0 from the cache)" in captured.err
-    lora = lora_parameter_count(HiggsAudioV3Config.from_pretrained(base), rank=16)
+    from peft import get_peft_model
+
+    from higgs_v3 import HiggsAudioV3Config
+    from higgs_v3.modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
+    from higgs_v3.training.finetune import lora_config, trainable_parameters
+
+    shapes = HiggsAudioV3ForConditionalGeneration(HiggsAudioV3Config.from_pretrained(base))  # LoRA's count: shapes only
+    lora, _ = trainable_parameters(get_peft_model(shapes, lora_config(16)))
     assert f"Training {lora:,} of " in captured.err  # no codec parameter
     assert "step 4/4: loss " in captured.err and "held-out loss " in captured.err
     assert f"Sample: 'Line number 0.' -> {out / 'sample.wav'} (" in captured.err
@@ -186,7 +190,7 @@ def test_finetune_command(tmp_path, monkeypatch, capsys):
     assert (out / "model" / "processor_config.json").is_file() and (out / "model" / "tokenizer.json").is_file()
     assert (out / "model" / repo_files.ORIGINAL_CHAT_TEMPLATE_FILE).read_text() == "{{ original }}"
     assert (out / "model" / "LICENSE").read_text() == "license text"
-    assert not [p.name for p in out.iterdir() if "_converting_" in p.name or "_replaced_" in p.name]
+    assert not [p.name for p in out.iterdir() if "_saving_" in p.name or "_replaced_" in p.name]
     from higgs_v3.conversion.export import export_to_original
 
     export_to_original(out / "model", tmp_path / "exported")  # the tuned model in the original layout: its template

@@ -478,7 +478,7 @@ def test_resolve_voice_from_a_clip_and_a_transcript(tts, tmp_path):
     assert voice.text == "Some words." and voice.num_frames == 30
     again = resolve_voice(model, processor, HiggsAudioV3Voice(codes=voice.codes), "Other words.")
     assert again.text == "Other words."
-    with pytest.raises(ValueError, match=re.escape("The reference already carries its transcript; do not pass another")):
+    with pytest.raises(ValueError, match=re.escape("The reference already carries its transcript; do not pass")):
         resolve_voice(model, processor, voice, "More words.")
     with pytest.raises(FileNotFoundError, match=re.escape("Voice file")):
         resolve_voice(model, processor, str(tmp_path / "missing.safetensors"))
@@ -504,6 +504,29 @@ def test_audio_dict_references_are_encoded_once(tts, monkeypatch):
     assert dialogue.voices["Bob"].text == "Bob."
     with pytest.raises(ValueError, match=re.escape("The voice of 'Ann' is an array of samples without its sampling rate")):
         synthesize_dialogue(model, processor, "[Ann] Hi.", {"Ann": {"array": samples}})
+
+
+def test_the_processor_delegates_long_form_speech(tts):
+    """`processor.synthesize_long(model, text)` / `processor.synthesize_dialogue(model, script)` are the long-form
+    functions: the Hub repo's way to them, since the model's module imports neither the processor nor long-form speech
+    (a repo's remote code copies what the model and the processor import)."""
+    from transformers.dynamic_module_utils import get_relative_import_files
+
+    import higgs_v3.modeling_higgs_v3 as modeling
+
+    model, processor = tts
+    options = dict(max_chars=6, seed=4, max_seconds=0.12)
+    ours = processor.synthesize_long(model, "One. Two.", **options)
+    theirs = synthesize_long(model, processor, "One. Two.", **options)
+    assert len(ours.chunks) == 2
+    assert [c.codes.tolist() for c in ours.chunks] == [c.codes.tolist() for c in theirs.chunks]
+    script = "[Ann] Hi.\n[Bob] Yo."
+    ours = processor.synthesize_dialogue(model, script, auto_voices=True, **options)
+    theirs = synthesize_dialogue(model, processor, script, None, auto_voices=True, **options)
+    assert [c.codes.tolist() for c in ours.chunks] == [c.codes.tolist() for c in theirs.chunks]
+    assert not hasattr(model, "synthesize_long") and not hasattr(model, "synthesize_dialogue")
+    closure = {os.path.basename(path)[:-3] for path in get_relative_import_files(modeling.__file__)}
+    assert not closure & {"processing_higgs_v3", "longform_higgs_v3", "chunking_higgs_v3"}, closure
 
 
 # --------------------------------------------------------------------------------------------- two import paths
@@ -595,10 +618,10 @@ assert importlib.util.find_spec("higgs_v3") is None, "the higgs_v3 package is im
 @pytest.mark.integration
 def test_long_form_and_dialogue_from_the_hub_repo_alone(tmp_path):
     """In a fresh process that cannot import the `higgs_v3` package (transformers and torch only), as a user with the
-    Hub repo alone: `AutoModel` / `AutoProcessor` with `trust_remote_code=True`, then `model.synthesize_long` over
+    Hub repo alone: `AutoModel` / `AutoProcessor` with `trust_remote_code=True`, then `processor.synthesize_long` over
     several chunks (voices from the first chunk, from `model.encode_reference`, from a voice file and from a clip) and
-    `model.synthesize_dialogue`. The repo is loaded under a plain name, as transformers 5.5 copies it (entry modules'
-    direct imports only)."""
+    `processor.synthesize_dialogue` (the model's module imports neither the processor nor long-form speech). The repo is
+    loaded under a plain name, as transformers 5.5 copies it (entry modules' direct imports only)."""
     import site
 
     from higgs_v3.testing.tiny import make_tiny_random_model
@@ -614,19 +637,20 @@ def test_long_form_and_dialogue_from_the_hub_repo_alone(tmp_path):
         processor = AutoProcessor.from_pretrained(repo, trust_remote_code=True)
         assert type(model).__module__.startswith("transformers_modules"), type(model).__module__
         assert not [name for name in sys.modules if name.split(".")[0] == "higgs_v3"]
+        assert not hasattr(model, "synthesize_long")
         options = dict(max_chars=6, seed=0, max_seconds=0.12)
-        result = model.synthesize_long(processor, "One. Two. Three.", **options)
+        result = processor.synthesize_long(model, "One. Two. Three.", **options)
         assert [chunk.text for chunk in result.chunks] == ["One.", "Two.", "Three."], result.chunks
         assert type(result).__module__.startswith("transformers_modules"), type(result).__module__
-        again = model.synthesize_long(processor, "One. Two. Three.", batch_size=1, **options)
+        again = processor.synthesize_long(model, "One. Two. Three.", batch_size=1, **options)
         assert [c.codes.tolist() for c in again.chunks] == [c.codes.tolist() for c in result.chunks]
         voice = model.encode_reference(clip, text="What I say in it.")
         voice.save(voice_file)
         for reference in (voice, voice_file, clip):
-            spoken = model.synthesize_long(processor, "One. Two.", reference=reference, **options)
+            spoken = processor.synthesize_long(model, "One. Two.", reference=reference, **options)
             assert len(spoken.chunks) == 2 and spoken.voice.num_frames == 25, reference
         script = "[Ann] Hi.\\n[Bob] Hello.\\n[Ann] Bye."
-        dialogue = model.synthesize_dialogue(processor, script, {"Ann": voice_file}, auto_voices=True, **options)
+        dialogue = processor.synthesize_dialogue(model, script, {"Ann": voice_file}, auto_voices=True, **options)
         assert [chunk.speaker for chunk in dialogue.chunks] == ["Ann", "Bob", "Ann"]
         assert dialogue.voices["Ann"].text == "What I say in it."
         assert len(dialogue.line_waveforms()) == 3

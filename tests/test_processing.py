@@ -25,6 +25,7 @@ from higgs_v3 import processing_higgs_v3
 from higgs_v3.audio_io_higgs_v3 import HiggsAudioV3Voice
 from higgs_v3.configuration_higgs_v3 import HiggsAudioV3Config
 from higgs_v3.processing_higgs_v3 import HiggsAudioV3Processor
+from higgs_v3.testing.tiny import tiny_codec_config
 
 
 C = NUM_CODEBOOKS
@@ -64,8 +65,16 @@ def test_special_ids_match_spec_and_config(processor, tokenizer):
     processor.check_model_config(config)  # must not raise
     built = HiggsAudioV3Processor.from_model_config(tokenizer, config)
     assert built.audio_spec == config.audio_spec
-    settings = (built.num_codebooks, built.audio_placeholder_id, built.sampling_rate, built.frame_rate)
-    assert settings == (8, -100, 24000, 25)
+    spec = built.audio_spec
+    assert (spec.num_codebooks, spec.audio_placeholder_id, spec.sampling_rate, spec.frame_rate) == (8, -100, 24000, 25)
+    assert built.sampling_rate == 24000
+    # A config without a codec: the real codec's frame-count parameters; with one, that codec's.
+    assert built.encoded_length_kwargs == processing_higgs_v3.REAL_ENCODED_LENGTH_KWARGS
+    codec = tiny_codec_config()
+    codec["semantic_model_config"]["conv_stride"][0] = 6
+    with_codec = HiggsAudioV3Processor.from_model_config(tokenizer, tiny_model_config(codec_config=codec))
+    assert with_codec.encoded_length_kwargs == {**processing_higgs_v3.REAL_ENCODED_LENGTH_KWARGS,
+                                                "conv_stride": [6, 2, 2, 2, 2, 2, 2]}
 
 
 def test_config_mismatch_is_refused(processor, tokenizer):
@@ -77,7 +86,8 @@ def test_config_mismatch_is_refused(processor, tokenizer):
     with pytest.raises(ValueError, match=re.escape(message)):
         processor.check_model_config(config)
     with pytest.raises(ValueError, match=re.escape(message)):  # the settings come from the config, the ids do not
-        HiggsAudioV3Processor.from_model_config(tokenizer, config, frame_rate=25)
+        HiggsAudioV3Processor.from_model_config(tokenizer, config, audio_spec={**config.audio_spec.to_dict(),
+                                                                              "frame_rate": 25})
 
 
 def test_tokenizer_without_higgs_tokens_and_bad_settings_are_refused(tokenizer):
@@ -92,15 +102,15 @@ def test_tokenizer_without_higgs_tokens_and_bad_settings_are_refused(tokenizer):
     )):
         HiggsAudioV3Processor(plain)
     with pytest.raises(ValueError, match=re.escape("sampling_rate=24000 must be a positive multiple of frame_rate=7.")):
-        HiggsAudioV3Processor(tokenizer, frame_rate=7)
+        HiggsAudioV3Processor(tokenizer, audio_spec={"frame_rate": 7})
     with pytest.raises(ValueError, match=re.escape(
         "audio_boc_token_id=1024 and audio_eoc_token_id=1024 must be two different codes >= 0."
     )):
-        HiggsAudioV3Processor(tokenizer, audio_eoc_token_id=1024)
+        HiggsAudioV3Processor(tokenizer, audio_spec={"audio_eoc_token_id": 1024})
     with pytest.raises(ValueError, match=re.escape(
         "num_codebooks must be at least 2 (the delay pattern's end needs a countdown of num_codebooks - 2 rows), got 1."
     )):
-        HiggsAudioV3Processor(tokenizer, num_codebooks=1)
+        HiggsAudioV3Processor(tokenizer, audio_spec={"num_codebooks": 1})
 
 
 def test_plain_layout(processor, tokenizer):
@@ -240,8 +250,13 @@ def test_text_refusals(processor):
         processor(["ok", 3])
     with pytest.raises(ValueError, match=re.escape("text must be a string or a non-empty list of strings, got [].")):
         processor([])
-    with pytest.raises(ValueError, match=re.escape("return_tensors must be 'pt', 'np' or None, got 'tf'.")):
-        processor("hi", return_tensors="tf")
+    with pytest.raises(ValueError, match=re.escape("tf is not a valid TensorType, please select one of ['pt', 'np'")):
+        processor("hi", return_tensors="tf")  # transformers' own refusal (BatchEncoding)
+    with pytest.raises(TypeError, match=re.escape(
+        "HiggsAudioV3Processor got unexpected keyword arguments ['referense']; the options are return_tensors, "
+        "sampling_rate and padding_side."
+    )):
+        processor("hi", referense="me.wav")  # a misspelled argument is refused, not ignored
     with pytest.raises(ValueError, match=re.escape("The transcript of the reference must be a string, got int.")):
         processor("hi", reference_codes=torch.zeros(1, C, dtype=torch.long), reference_text=5)
     # `check_text` names whatever the caller says the text is (the CLI: a file line, long-form: a chunk).
@@ -324,7 +339,7 @@ def test_reference_argument_refusals(processor, tmp_path):
     raw = torch.zeros(2, C, dtype=torch.long)
     voice = HiggsAudioV3Voice(codes=raw, text="transcript")
     with pytest.raises(ValueError, match=re.escape(
-        "Text 0 has two references (reference and reference_codes); pass one of them."
+        "The reference is given twice (reference and reference_codes); pass one of them."
     )):
         processor("x", reference=voice, reference_codes=raw)
     with pytest.raises(ValueError, match=re.escape(
@@ -350,9 +365,9 @@ def test_reference_argument_refusals(processor, tmp_path):
         processor("x", reference="me.wav")
     for value in (raw, np.zeros(24000, dtype=np.float32), {"array": np.zeros(24000, dtype=np.float32)}):
         with pytest.raises(ValueError, match=re.escape(
-            "The reference is an array of samples without its sampling rate; pass it too: processor(text, "
-            "reference=samples, sampling_rate=rate), reference={'array': samples, 'sampling_rate': rate}, or in a "
-            "chat message {'type': 'audio', 'audio': samples, 'sampling_rate': rate}."
+            "The reference is an array of samples without its sampling rate; pass it too: sampling_rate=rate, "
+            "{'array': samples, 'sampling_rate': rate}, or in a chat message {'type': 'audio', 'audio': samples, "
+            "'sampling_rate': rate}."
         )):
             processor("x", reference=value)
     with pytest.raises(ValueError, match=re.escape("The reference for text 1 is an array of samples without its")):
@@ -362,7 +377,7 @@ def test_reference_argument_refusals(processor, tmp_path):
         "{'array': samples, 'sampling_rate': rate} (as datasets' Audio feature gives it) or {'path': file}."
     )):
         processor("x", reference={"path": None, "bytes": b"", "sampling_rate": 16000})
-    with pytest.raises(ValueError, match=re.escape("Reference audio has dtype int64; accepted are float16/float32/")):
+    with pytest.raises(ValueError, match=re.escape("The reference has dtype int64; accepted are float16/float32/")):
         processor("x", reference=raw, sampling_rate=24000)
     with pytest.raises(ValueError, match=re.escape(
         "The reference for text 1 must be a voice (model.encode_reference(clip, text=...), HiggsAudioV3Voice.load, or a "
@@ -373,27 +388,23 @@ def test_reference_argument_refusals(processor, tmp_path):
     missing = tmp_path / "missing.json"
     with pytest.raises(FileNotFoundError, match=re.escape(f"Voice file {str(missing)!r} does not exist.")):
         processor("x", reference=missing)
-    with pytest.raises(ValueError, match=re.escape(
-        "The codes of the reference must be raw codec codes of shape [frames, 8] with at least one frame, got shape "
-        "(8, 3). The codec's encode gives [1, 8, frames]: use codes[0].T."
-    )):
+    # The codes rule (delay_higgs_v3.check_codes), one wording for every route.
+    rule = "must be integer codes [..., frames, 8] with at least 1 frame, each in 0..1023; got"
+    with pytest.raises(ValueError, match=re.escape(f"The codes of the reference {rule} shape (8, 3).")):
         processor("x", reference_codes=torch.zeros(8, 3, dtype=torch.long))
-    with pytest.raises(ValueError, match=re.escape(
-        "The codes of the reference range from 0 to 1024; raw codec codes lie in 0..1023 (the processor adds the "
-        "delay pattern with its BOC/EOC codes)."
-    )):
+    with pytest.raises(ValueError, match=re.escape(f"The codes of the reference {rule} values from 0 to 1024.")):
         processor("x", reference_codes=torch.tensor([[0] * 7 + [1024]]))
-    with pytest.raises(ValueError, match=re.escape("The codes of the reference for text 1 range from -1 to 0;")):
+    with pytest.raises(ValueError, match=re.escape(
+            f"The codes of the reference for text 1 {rule} values from -1 to 0.")):
         processor(["x", "y"], reference_codes=[None, torch.tensor([[0] * 7 + [-1]])])
-    with pytest.raises(ValueError, match=re.escape(
-        "The codes of the reference must be an integer tensor of raw codec codes [frames, 8]."
-    )):
+    with pytest.raises(ValueError, match=re.escape(f"The codes of the reference {rule} Tensor of dtype torch.float32")):
         processor("x", reference_codes=torch.zeros(2, C))
-    with pytest.raises(ValueError, match=re.escape(
-        "The codes of the reference must be raw codec codes of shape [frames, 8] with at least one frame, got shape "
-        "(2, 4)."
-    )):
+    with pytest.raises(ValueError, match=re.escape(f"The codes of the reference {rule} shape (2, 4).")):
         processor("x", reference=HiggsAudioV3Voice(codes=torch.zeros(2, 4, dtype=torch.long)))
+    with pytest.raises(ValueError, match=re.escape(
+        "The codes of the reference must be raw codec codes [frames, 8] of one clip, got shape (1, 2, 8)."
+    )):
+        processor("x", reference_codes=torch.zeros(1, 2, C, dtype=torch.long))
     with pytest.raises(ValueError, match=re.escape(
         "The reference was encoded at 16000 Hz / 25 frames per second; this model's codec runs at 24000 Hz / 25."
     )):
@@ -450,19 +461,25 @@ def test_save_audio_delegate_writes_at_the_processor_rate(processor, tmp_path):
 
 # ---------------------------------------------------------------------------------------------- save / load
 def _saved_processor(tokenizer, repo):
-    # A non-default setting shows that the settings travel with the files.
-    HiggsAudioV3Processor(tokenizer, audio_placeholder_id=-7).save_pretrained(repo)
+    # Non-default settings show that the settings travel with the files.
+    processor = HiggsAudioV3Processor(tokenizer, audio_spec={"audio_placeholder_id": -7},
+                                      encoded_length_kwargs=OTHER_CODEC)
+    processor.save_pretrained(repo)
     return repo
+
+
+OTHER_CODEC = {**processing_higgs_v3.REAL_ENCODED_LENGTH_KWARGS, "conv_stride": [6, 2, 2, 2, 2, 2, 2]}
 
 
 def test_processor_save_load(tokenizer, tmp_path):
     repo = _saved_processor(tokenizer, tmp_path / "repo")
     config = json.loads((repo / "processor_config.json").read_text())
-    assert config["auto_map"] == {"AutoProcessor": "processing_higgs_v3.HiggsAudioV3Processor"}
-    assert {key: config[key] for key in ("num_codebooks", "audio_boc_token_id", "audio_eoc_token_id",
-                                          "audio_placeholder_id", "sampling_rate", "frame_rate")} == {
-        "num_codebooks": 8, "audio_boc_token_id": 1024, "audio_eoc_token_id": 1025, "audio_placeholder_id": -7,
-        "sampling_rate": 24000, "frame_rate": 25,
+    assert config == {  # the settings that describe the model, nothing else
+        "auto_map": {"AutoProcessor": "processing_higgs_v3.HiggsAudioV3Processor"},
+        "processor_class": "HiggsAudioV3Processor",
+        "audio_spec": {"num_codebooks": 8, "audio_boc_token_id": 1024, "audio_eoc_token_id": 1025,
+                       "audio_placeholder_id": -7, "sampling_rate": 24000, "frame_rate": 25},
+        "encoded_length_kwargs": OTHER_CODEC,
     }
     for name in os.listdir(repo):  # nothing points back to this machine (no audio_tokenizer path pointer)
         if name.endswith(".json") and name != "tokenizer.json":
@@ -472,8 +489,9 @@ def test_processor_save_load(tokenizer, tmp_path):
     assert {"processing_higgs_v3.py", "audio_io_higgs_v3.py", "codec_higgs_v3.py", "delay_higgs_v3.py"} <= set(
         os.listdir(repo))
     loaded = HiggsAudioV3Processor.from_pretrained(repo)
-    assert loaded.audio_placeholder_id == -7 and loaded.tokenizer.padding_side == "left"
-    original = HiggsAudioV3Processor(tokenizer, audio_placeholder_id=-7)
+    assert loaded.audio_spec.audio_placeholder_id == -7 and loaded.tokenizer.padding_side == "left"
+    assert loaded.encoded_length_kwargs == OTHER_CODEC
+    original = HiggsAudioV3Processor(tokenizer, audio_spec={"audio_placeholder_id": -7})
     raw = random_codes(3, seed=7)
     out = loaded(["Hello <|sfx:laughter|>haha.", "Two."], reference_codes=[raw, None], reference_text=["Hi.", None])
     expected = original(["Hello <|sfx:laughter|>haha.", "Two."], reference_codes=[raw, None],
@@ -498,7 +516,8 @@ def test_processor_save_load_in_subprocess(tokenizer, tmp_path):
         out = processor({texts!r}, reference_codes=[raw, None], reference_text=["Hi.", None])
         print(json.dumps({{
             "module": type(processor).__module__,
-            "audio_placeholder_id": processor.audio_placeholder_id,
+            "audio_placeholder_id": processor.audio_spec.audio_placeholder_id,
+            "frames": processor._get_encoded_length(48000, **processor.encoded_length_kwargs),
             "input_ids": out["input_ids"].tolist(),
             "attention_mask": out["attention_mask"].tolist(),
             "audio_input_ids": out["audio_input_ids"].tolist(),
@@ -512,7 +531,8 @@ def test_processor_save_load_in_subprocess(tokenizer, tmp_path):
     loaded = json.loads(result.stdout.strip().splitlines()[-1])
     assert loaded["module"].startswith("transformers_modules.") and loaded["module"].endswith(".processing_higgs_v3")
     assert loaded["audio_placeholder_id"] == -7
-    here = HiggsAudioV3Processor(tokenizer, audio_placeholder_id=-7)(texts, reference_codes=[raw, None],
+    assert loaded["frames"] == 42  # the saved codec's count (the real codec's is 50): see test_reference_clips
+    here = HiggsAudioV3Processor(tokenizer, audio_spec={"audio_placeholder_id": -7})(texts, reference_codes=[raw, None],
                                                                        reference_text=["Hi.", None])
     assert loaded["input_ids"] == here["input_ids"].tolist()
     assert loaded["attention_mask"] == here["attention_mask"].tolist()
@@ -623,3 +643,49 @@ def test_chat_template_saved_loaded_and_chatml_replaced(tokenizer, tmp_path, cap
         replaced = HiggsAudioV3Processor(tokenizer, chat_template=CHATML)
     assert replaced.chat_template == processing_higgs_v3.TTS_CHAT_TEMPLATE
     assert "does not render Higgs Audio v3 TTS prompts" in caplog.text
+
+
+def test_rendered_prompts_are_taken_as_the_template_renders_them(processor):
+    """`__call__` takes a prompt as the chat template renders it (what `apply_chat_template` gives it): its text and
+    transcript are split out, the reference comes from the arguments; a prompt that does not match them is refused."""
+    voice = HiggsAudioV3Voice(codes=random_codes(3, seed=4))
+    rendered = "<|tts|><|ref_text|>The clip.<|ref_audio|><|text|>Hi <|sfx:laughter|>there.<|audio|>"
+    expected = processor("Hi <|sfx:laughter|>there.", reference=voice, reference_text="The clip.")
+    for key, value in processor(rendered, reference=voice).items():
+        assert torch.equal(value, expected[key]), key
+    plain = processor("<|tts|><|text|>Hi.<|audio|>")["input_ids"]
+    assert torch.equal(plain, processor("Hi.")["input_ids"])
+    mismatch = ("Text {i} is a rendered TTS prompt whose reference turn does not match the arguments: give a reference "
+                "exactly when it holds <|ref_audio|>, and its transcript in <|ref_text|> or in reference_text")
+    for i, (texts, options) in enumerate([
+        ([rendered], {}),  # <|ref_audio|> without a reference
+        (["x", "<|tts|><|text|>Hi.<|audio|>"], {"reference": voice}),  # a reference the prompt has no turn for
+        ([rendered], {"reference": voice, "reference_text": "Again."}),  # two transcripts
+    ]):
+        with pytest.raises(ValueError, match=re.escape(mismatch.format(i=len(texts) - 1))):
+            processor(texts if len(texts) > 1 else texts[0], **options)
+    # A text that only looks like part of a prompt is text, and its structural tokens are refused as ever.
+    with pytest.raises(ValueError, match=re.escape("'<|tts|>' in the text is a structural prompt token")):
+        processor("<|tts|>Hi.")
+
+
+def test_call_options_are_merged_by_transformers(processor):
+    """`HiggsAudioV3ProcessorKwargs`: flat options, per-modality dicts and `common_kwargs` all reach the call, the
+    defaults (left padding, "pt") where none is given; `apply_chat_template` hands `processor_kwargs` on."""
+    codes = random_codes(9, seed=5)
+    left = processor(["Hi.", "A longer one."], audio_target=[codes, codes])
+    right = processor(["Hi.", "A longer one."], audio_target=[codes, codes], text_kwargs={"padding_side": "right"})
+    assert left["attention_mask"][0, 0] == 0 and right["attention_mask"][0, 0] == 1
+    as_np = processor("Hi.", common_kwargs={"return_tensors": "np"})
+    assert isinstance(as_np["input_ids"], np.ndarray)
+    assert isinstance(processor("Hi.")["input_ids"], torch.Tensor)  # the defaults are not changed by a call's options
+    samples = np.zeros(24000, dtype=np.float32)
+    clip = processor("Hi.", reference=samples, audio_kwargs={"sampling_rate": 24000})
+    assert clip["reference_audio"].shape == (24000,)
+    conversation = [_turn(_text("Hi."))]
+    as_lists = processor.apply_chat_template(conversation, tokenize=True, return_dict=True,
+                                             processor_kwargs={"return_tensors": None})
+    assert isinstance(as_lists["input_ids"], list)
+    assert isinstance(processor.apply_chat_template(conversation, tokenize=True, return_tensors="np"), np.ndarray)
+    with pytest.raises(ValueError, match=re.escape("apply_chat_template of a TTS processor does not take ['refer")):
+        processor.apply_chat_template(conversation, tokenize=True, processor_kwargs={"reference": "x.wav"})

@@ -22,7 +22,7 @@ Placeholders (`PLACEHOLDERS`, whole shell words or the text of Python string lit
 
 Short generations: the README's commands are not edited; the tiny models' generation configs carry a small
 `max_new_tokens` instead (`MAX_NEW_TOKENS`). The original checkpoint has no generation config (its converter writes
-the official 2048 rows), so the fixture converts it once with `convert_checkpoint.converted_path`, the function the
+the official 2048 rows), so the fixture converts it once with `conversion.cache.converted_path`, the function the
 CLI and `from_original` call on first use, into the cache they read (`$HF_HOME/higgs_v3/converted`) and shortens that
 copy's generation config; the commands then take the cached path, as every use after the first does, while
 `python convert_checkpoint.py ...` runs a whole conversion (with its numeric verification) of its own. `tiny-random`
@@ -227,7 +227,7 @@ def _shorten_generation(directory: Path) -> None:
 def scratch(tmp_path_factory):
     """The working folder (inputs, outputs, a copy of the repository's top-level modules as in a checkout's root,
     for `python convert_checkpoint.py`), the tiny models, and the environment every command runs with."""
-    from higgs_v3.convert_checkpoint import converted_path
+    from higgs_v3.conversion.cache import converted_path
     from higgs_v3.modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
     from higgs_v3.testing.tiny import make_tiny_random_model, write_tiny_original_checkpoint
 

@@ -5,8 +5,9 @@
 The expected values come from the voice route, which was there before: `processor(text,
 reference=model.encode_reference(clip))` (the codec run on the clip by `encode_reference`). A clip and its voice must
 give the same prompt ids and, after `generate` encoded the clip, the same reference rows and the same generated
-sequences, greedy and seeded. The frame count is checked against the codec's own `encode` and against the closed form
-of the real strides written out by hand.
+sequences, greedy and seeded. The frame count (the processor's pure function of the codec's frame-count parameters,
+saved with it) is checked against the codec's own `encode` and against the closed form of the real strides written out
+by hand.
 """
 
 from __future__ import annotations
@@ -30,10 +31,10 @@ import soundfile
 import torch
 from conftest import tiny_model, tiny_tts_model
 
+from transformers import BatchEncoding, BatchFeature
+
 from higgs_v3 import audio_io_higgs_v3
-from higgs_v3.codec_higgs_v3 import codec_num_frames
-from higgs_v3.conversion.original_format import REAL_CODEC_CONFIG
-from higgs_v3.processing_higgs_v3 import HiggsAudioV3BatchFeature, HiggsAudioV3Processor
+from higgs_v3.processing_higgs_v3 import REAL_ENCODED_LENGTH_KWARGS, HiggsAudioV3Processor
 from higgs_v3.testing.tiny import tiny_codec_config
 
 
@@ -110,19 +111,22 @@ def real_strides_frames(num_samples: int) -> int:
     return math.ceil(hubert / 2)
 
 
-def test_pure_frame_count_equals_the_codec_encode_length(tts_model):
-    codec = tts_model.codec
+def test_pure_frame_count_equals_the_codec_encode_length(tts_model, processor, tokenizer):
+    """`_get_encoded_length` with the processor's saved parameters (the real codec's by default, the model's codec's
+    from `from_model_config`) is the length the codec's `encode` returns."""
+    codec, count = tts_model.codec, HiggsAudioV3Processor._get_encoded_length
+    from_model = HiggsAudioV3Processor.from_model_config(tokenizer, tts_model.config).encoded_length_kwargs
+    assert processor.encoded_length_kwargs == from_model == REAL_ENCODED_LENGTH_KWARGS  # the tiny codec's real strides
     # hop multiples and their neighbours, the count's own steps (960 k + 120), the minimum, odd rates' lengths
     lengths = [960, 961, 1079, 1080, 1081, 1919, 1920, 1921, 2039, 2040, 2041, 4799, 4800, 23999, 24000, 24001,
                24119, 24120, 24121, 30001, 44100]
     for n in lengths:
         with torch.no_grad():
             frames = codec.encode(torch.randn(1, 1, n, generator=torch.Generator().manual_seed(n))).shape[-1]
-        assert codec_num_frames(n, REAL_CODEC_CONFIG) == frames == real_strides_frames(n), n
-        assert codec_num_frames(n, codec.config) == codec.num_frames(n) == frames, n
+        assert count(n, **from_model) == frames == real_strides_frames(n), n
     for n in range(0, 100_000, 31):  # the pure function against the hand-written form, without the codec
-        assert codec_num_frames(n, REAL_CODEC_CONFIG) == real_strides_frames(n), n
-    assert codec_num_frames(24000, tiny_codec_config()) == 25
+        assert count(n, **REAL_ENCODED_LENGTH_KWARGS) == real_strides_frames(n), n
+    assert count(24000, **REAL_ENCODED_LENGTH_KWARGS) == 25
 
 
 # ------------------------------------------------------------------------------ a clip equals its voice
@@ -139,7 +143,7 @@ def test_clip_in_every_form_equals_its_voice(tts_model, processor, clip_file):
     ]
     for clip, options, args, voice_options, modes in cases:
         inputs = processor(TEXT, reference=clip, **options)
-        assert isinstance(inputs, HiggsAudioV3BatchFeature)
+        assert isinstance(inputs, BatchEncoding) and not isinstance(inputs, BatchFeature)
         voice = tts_model.encode_reference(*args, **voice_options)
         waveform = audio_io_higgs_v3.prepare_reference_waveform(*args, **voice_options)  # what encode_reference encodes
         assert inputs["reference_audio"].dtype == torch.float32
@@ -176,44 +180,46 @@ def test_transcript_and_a_batch_mixing_clips_voices_and_none(tts_model, processo
     assert torch.equal(greedy, tts_model.generate(**expected, do_sample=False, max_new_tokens=ROWS))
 
 
-def test_a_reloaded_processor_counts_frames_with_the_saved_models_codec(tts_model, processor, tmp_path):
-    """The frame count is not saved with the processor: `from_pretrained` reads the codec config of the model saved
-    beside it (a converted folder may hold another codec, here one whose HuBERT has another first stride), and without
-    one counts the real codec's frames."""
+def test_the_converters_processor_counts_frames_with_the_models_codec(tts_model, processor, tmp_path):
+    """The frame-count parameters are saved with the processor (`processor_config.json`): the converter's processor
+    (`save_processor_files`, from the model's config) counts the frames of the model's codec (here one whose HuBERT has
+    another first stride), a processor saved on its own the real codec's; neither reads the model's `config.json`."""
+    from higgs_v3.conversion.repo import save_processor_files
+
+    config = copy.deepcopy(tts_model.config)
+    config.codec_config["semantic_model_config"]["conv_stride"][0] += 1
+    processor.tokenizer.save_pretrained(tmp_path / "converted")
+    save_processor_files(tmp_path / "converted", config, processor.tokenizer)
+    saved = json.loads((tmp_path / "converted" / "processor_config.json").read_text())["encoded_length_kwargs"]
+    assert saved == {**REAL_ENCODED_LENGTH_KWARGS, "conv_stride": [6, 2, 2, 2, 2, 2, 2]}
     processor.save_pretrained(tmp_path / "alone")
-    tts_model.config.save_pretrained(tmp_path / "folder")
-    processor.save_pretrained(tmp_path / "folder")
-    config = json.loads((tmp_path / "folder" / "config.json").read_text())
-    config["codec_config"]["semantic_model_config"]["conv_stride"][0] += 1
-    (tmp_path / "folder" / "config.json").write_text(json.dumps(config))
-    other, real = codec_num_frames(48000, config["codec_config"]), codec_num_frames(48000, REAL_CODEC_CONFIG)
     # 2 s: 32000 samples at 16 kHz, padded to 32320; kernel 10 stride 6: 5386; four (3, 2): 2692, 1345, 672, 335; two
     # (2, 2): 167, 83; every second kept: 42 (the real stride 5 gives 50)
-    assert (other, real) == (42, 50)
     clip = noise(2.0, 24000, seed=3)
-    for folder, frames in (("folder", other), ("alone", real)):
+    for folder, frames in (("converted", 42), ("alone", 50)):
         reloaded = HiggsAudioV3Processor.from_pretrained(tmp_path / folder)
+        assert reloaded._get_encoded_length(48000, **reloaded.encoded_length_kwargs) == frames
         assert reloaded(TEXT, reference=clip, sampling_rate=24000)["audio_input_ids"].shape == (frames + C - 1, C)
 
 
-def test_return_tensors_and_the_float32_waveform_through_to(processor):
+def test_return_tensors_and_the_float32_waveform(processor):
     clip = noise(1.0, 24000, seed=6)
     as_pt = processor(TEXT, reference=clip, sampling_rate=24000)
     as_np = processor(TEXT, reference=clip, sampling_rate=24000, return_tensors="np")
     as_list = processor(TEXT, reference=clip, sampling_rate=24000, return_tensors=None)
+    assert as_pt["reference_audio"].dtype == torch.float32
     assert as_np["reference_audio"].dtype == np.float32
     assert np.array_equal(as_np["reference_audio"], as_pt["reference_audio"])
-    assert as_list["reference_audio"] == as_pt["reference_audio"].tolist()
-    assert as_list["reference_audio_lengths"] == [24000]
-    # The pipeline casts the processor's output to the model's dtype: the waveform stays float32, the rest as before.
-    moved = processor(TEXT, reference=clip, sampling_rate=24000).to(dtype=torch.bfloat16)
-    assert list(moved) == list(as_pt)
-    assert moved["reference_audio"].dtype == torch.float32
-    assert torch.equal(moved["reference_audio"], as_pt["reference_audio"])
-    for key in ("input_ids", "audio_input_ids", "reference_audio_lengths"):
-        assert torch.equal(moved[key], as_pt[key]) and moved[key].dtype == torch.long
-    moved = processor(TEXT, reference=clip, sampling_rate=24000).to("cpu", torch.bfloat16)
-    assert moved["reference_audio"].dtype == torch.float32 and moved["reference_audio"].device.type == "cpu"
+    # return_tensors=None: lists, and the waveform as a numpy array (as transformers' feature extractors give audio).
+    assert as_list["reference_audio"].dtype == np.float32
+    assert np.array_equal(as_list["reference_audio"], as_pt["reference_audio"].numpy())
+    assert as_list["reference_audio_lengths"] == [24000] and isinstance(as_list["input_ids"], list)
+    # A `BatchEncoding`: its `to()` only moves (5.24's text-to-speech pipeline casts the floats of a `BatchFeature` to
+    # the model's dtype; a bfloat16 waveform would change the clip's codes). The pipeline test below runs one.
+    assert not isinstance(as_pt, BatchFeature)
+    moved = processor(TEXT, reference=clip, sampling_rate=24000).to("cpu")
+    assert list(moved) == list(as_pt) and moved["reference_audio"].dtype == torch.float32
+    assert all(torch.equal(moved[key], as_pt[key]) for key in as_pt)
 
 
 # ------------------------------------------------------------------------------------------------------ URLs
@@ -238,8 +244,8 @@ def test_url_refusals(processor, server, monkeypatch):
     )):
         processor(TEXT, reference=closed)
     with pytest.raises(ValueError, match=re.escape(
-        f"Could not fetch reference audio URL '{server}/missing.wav' (HTTP 404 File not found); check the address, "
-        "or download the clip and pass its file path."
+        f"Could not fetch reference audio URL '{server}/missing.wav' (HTTP 404 File not found); check the address and "
+        "the network, or download the clip and pass its file path."
     )):
         processor(TEXT, reference=f"{server}/missing.wav")
     with pytest.raises(ValueError, match=re.escape(
@@ -262,8 +268,8 @@ def test_clip_refusals(tts_model, processor, tmp_path):
     with pytest.raises(ValueError, match=re.escape(f"Could not read reference audio file {str(notes)!r} (")):
         processor(TEXT, reference=notes)
     with pytest.raises(ValueError, match=re.escape(
-        "Reference audio is 100.00 s long (800001 samples at 8000 Hz); the longest accepted is 100 s. Trim it: 5 to "
-        "30 s of clean speech is enough to clone a voice."
+        "The reference is 100.00 s long (800001 samples at 8000 Hz); the longest accepted is 100 s. Use a shorter "
+        "clip: 5 to 30 s of clean speech is enough to clone a voice."
     )):
         processor(TEXT, reference=np.zeros(800001, dtype=np.float32), sampling_rate=8000)
     with pytest.raises(ValueError, match=re.escape(
@@ -278,11 +284,9 @@ def test_generate_refusals(tts_model, processor):
     clip = noise(1.0, 24000, seed=9)
     inputs = processor(TEXT, reference=clip, sampling_rate=24000)
     # A processor that counts another codec's frames (a HuBERT twice as coarse): the rows do not match this model's.
-    other = HiggsAudioV3Processor(processor.tokenizer)
-    other._codec_config = copy.deepcopy(REAL_CODEC_CONFIG)
-    other._codec_config["semantic_model_config"]["conv_stride"] = [5, 2, 2, 2, 2, 2, 4]
+    other = HiggsAudioV3Processor(processor.tokenizer, encoded_length_kwargs={"conv_stride": [5, 2, 2, 2, 2, 2, 4]})
     mismatched = other(TEXT, reference=clip, sampling_rate=24000)
-    assert codec_num_frames(24000, other._codec_config) == 13
+    assert other._get_encoded_length(24000, **other.encoded_length_kwargs) == 13
     with pytest.raises(ValueError, match=re.escape(
         "audio_input_ids marks 20 rows for the 1 reference clip(s), but this model's codec encodes them to 32 rows "
         "([32], clip by clip): the processor did not count the frames of this model's codec. Use the processor saved "

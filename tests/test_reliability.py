@@ -43,6 +43,7 @@ from higgs_v3 import convert_checkpoint
 
 from higgs_v3.cli import main as cli_main
 
+from higgs_v3.conversion import cache as conversion_cache
 from higgs_v3.conversion import folders
 from higgs_v3.audio_io_higgs_v3 import (
     MAX_REFERENCE_SECONDS,
@@ -50,12 +51,12 @@ from higgs_v3.audio_io_higgs_v3 import (
     prepare_reference_waveform,
     save_audio,
 )
-from higgs_v3.chunking_higgs_v3 import DialogueLine
+from higgs_v3.chunking_higgs_v3 import TAG_PATTERN, DialogueLine
 from higgs_v3.longform_higgs_v3 import SpeechJob, dialogue_jobs, max_new_tokens_for
 from higgs_v3.conversion.original_format import ADDED_TOKENS
-from higgs_v3.processing_higgs_v3 import TAG_PATTERN, HiggsAudioV3Processor
+from higgs_v3.processing_higgs_v3 import HiggsAudioV3Processor
 from higgs_v3.sampling_higgs_v3 import HiggsAudioV3SeededSampler
-from higgs_v3.testing.tiny import write_tiny_original_checkpoint
+from higgs_v3.testing.tiny import token_ids_read_once_per_content, write_tiny_original_checkpoint
 
 
 SR, C = 24000, 8
@@ -232,7 +233,7 @@ def test_reference_audio_rate_mismatch(tmp_path):
 
 
 # ============================================================================================== voice files
-NOT_A_VOICE = "is not a Higgs Audio v3 voice file"
+NOT_A_VOICE = "Could not load voice file"
 
 
 def _torch_saved(folder):
@@ -291,7 +292,7 @@ VOICE_CASES: dict[str, tuple] = {
     "ragged codes (.json)": (lambda f: voice_json(f / "v.json", codes=[[0] * C, [0] * 3]), ValueError,
                              ("are not a rectangle of integers",)),
     "string codes (.json)": (lambda f: voice_json(f / "v.json", codes=[["a"] * C]), ValueError,
-                             ("are not a rectangle of integers",)),
+                             ("its 'codes' is not a list of frames",)),
     "huge integer codes (.json)": (lambda f: voice_json(f / "v.json", codes=[[10**30] * C]), ValueError,
                                    ("are not a rectangle of integers",)),
     "codes not a list (.json)": (lambda f: voice_json(f / "v.json", codes="0 0 0"), ValueError,
@@ -302,10 +303,10 @@ VOICE_CASES: dict[str, tuple] = {
                                    ("nested too deeply",)),
     "nested 50 deep in codes (.json)": (lambda f: _write("v.json", (
         '{"format": "higgs_audio_v3_voice", "version": 1, "codes": ' + "[" * 50 + "]" * 50 + "}").encode())(f),
-        ValueError, ("nested deeper than a voice record",)),
+        ValueError, ("its 'codes' is not a list of frames",)),
     "2501 frames (.safetensors header)": (lambda f: voice_safetensors(
         f / "v.safetensors", codes=torch.zeros(2501, C, dtype=torch.long)), ValueError,
-        ("holds 2501 frames (100.0 s); the longest reference accepted is 100 s",)),
+        ("is 100.04 s long (2501 frames at 25 frames per second); the longest accepted is 100 s",)),
     "22 h of frames (.json, 9 MB)": (_write("v.json", b" " * (9 * 1024 * 1024)), ValueError, ("9437184 bytes",)),
     "a folder named v.safetensors": (_folder_named("v.safetensors"), IsADirectoryError, ("is a folder",)),
     "missing file": (lambda f: f / "gone.safetensors", FileNotFoundError, ("does not exist",)),
@@ -331,8 +332,9 @@ def test_voice_file(case, tmp_path, monkeypatch):
 PROCESSOR_VOICE_CASES: dict[str, tuple] = {
     # refused by the processor when used as a reference: (build, error type, fragments)
     "codes of the BOC range": (lambda f: voice_json(f / "v.json", codes=[[1024] * C]), ValueError,
-                               ("range from 1024 to 1024; raw codec codes lie in 0..1023",)),
-    "four codebooks": (lambda f: voice_json(f / "v.json", codes=[[0] * 4]), ValueError, ("shape [frames, 8]",)),
+                               ("values from 1024 to 1024", "each in 0..1023")),
+    "four codebooks": (lambda f: voice_json(f / "v.json", codes=[[0] * 4]), ValueError,
+                       ("[..., frames, 8]", "shape (1, 4)")),
     "16 kHz voice": (lambda f: voice_json(f / "v.json", sampling_rate=16000), ValueError,
                      ("was encoded at 16000 Hz",)),
     "transcript with <tool_call>": (lambda f: voice_json(f / "v.json", text="Hi <tool_call> there."), ValueError,
@@ -401,8 +403,9 @@ _ROUTE_FRAGMENTS = {
     "dialogue line of another import's DialogueLine": ("'<|im_start|>' in dialogue line 1",),
     "dialogue pair of three": ("Dialogue line 1 is tuple",),
     "check_text of a voice transcript": ("'</tool_call>' in the transcript of a voice",),
-    "a 22-hour voice built in memory": ("have 1980000 frames (79200.0 s); the longest reference accepted is 100 s",),
-    "reference_codes of 2501 frames": ("have 2501 frames (100.0 s)", "(2500 frames)"),
+    "a 22-hour voice built in memory": ("is 79200.00 s long (1980000 frames at 25 frames per second); the longest "
+                                        "accepted is 100 s",),
+    "reference_codes of 2501 frames": ("is 100.04 s long (2501 frames", "the longest accepted is 100 s"),
 }
 
 
@@ -429,7 +432,7 @@ def test_a_long_processor_text_warns_once_and_points_to_synthesize_long(processo
     assert short["input_ids"].shape[1] == 1024 + 3 and long["input_ids"].shape[1] == 1025 + 3
     assert warned == [
         "A text of more than 1024 tokens is spoken as one generation; the model was trained on sentence-sized chunks "
-        "and tends to run away or skip words on long ones. Use model.synthesize_long(processor, text), "
+        "and tends to run away or skip words on long ones. Use processor.synthesize_long(model, text), "
         "which splits it into chunks and keeps the voice."
     ]
 
@@ -572,18 +575,18 @@ CLI_CASES: dict[str, tuple] = {
     "unknown command": (["sing", "Hi"], "invalid choice: 'sing'"),
     "--ref-audio missing": (["speak", "Hi", "--ref-audio", "gone.wav"], "'gone.wav' does not exist"),
     "--ref-audio a folder": (["speak", "Hi", "--ref-audio", "notes"], "'notes' is a folder"),
-    "--ref-audio text": (["speak", "Hi", "--ref-audio", "text.txt"], "is not readable audio"),
+    "--ref-audio text": (["speak", "Hi", "--ref-audio", "text.txt"], "Could not read reference audio file 'text.txt'"),
     "--ref-audio truncated flac": (["speak", "Hi", "--ref-audio", "cut.flac"], "'cut.flac'",
                                    _files(**{"cut.flac": audio_bytes("flac")[:30]})),
-    "--ref-audio 22 h (header)": (["speak", "Hi", "--ref-audio", "long.wav"], "'long.wav' is 79200.0 s long",
+    "--ref-audio 22 h (header)": (["speak", "Hi", "--ref-audio", "long.wav"], "'long.wav' is 79200.00 s long",
                                   lambda f: sparse_wav(f / "long.wav", 22 * 3600, 8000, 1)),
     "--voice pickle": (["speak", "Hi", "--voice", "p.safetensors"], "not a readable safetensors file",
                        _files(**{"p.safetensors": pickle.dumps([1, 2])})),
-    "--voice truncated": (["speak", "Hi", "--voice", "t.safetensors"], "'t.safetensors' is not a Higgs Audio v3 voice",
+    "--voice truncated": (["speak", "Hi", "--voice", "t.safetensors"], "Could not load voice file 't.safetensors'",
                           lambda f: (f / "t.safetensors").write_bytes((f / "v.safetensors").read_bytes()[:100])),
     "--voice without version": (["speak", "Hi", "--voice", "n.json"], "its version is None",
                                 lambda f: voice_json(f / "n.json", version=None)),
-    "--voice too long": (["speak", "Hi", "--voice", "long.safetensors"], "holds 2600 frames",
+    "--voice too long": (["speak", "Hi", "--voice", "long.safetensors"], "is 104.00 s long (2600 frames",
                          lambda f: voice_safetensors(f / "long.safetensors", codes=torch.zeros(2600, C, dtype=torch.long))),
     "dialogue voice pickle": (["speak", "--dialogue", "[Ann] Hi.", "--voice", "Ann=p.json"], "'p.json'",
                               _files(**{"p.json": pickle.dumps([1])})),
@@ -629,6 +632,13 @@ def test_command_line(case, user_folder, capsys):
 
 
 # ============================================================================================== original checkpoints
+@pytest.fixture(scope="module", autouse=True)
+def tokenizer_parsed_once():
+    """`read_original` parses the same tiny tokenizer several times here: once per content is enough."""
+    with token_ids_read_once_per_content():
+        yield
+
+
 @pytest.fixture(scope="module")
 def original(tmp_path_factory) -> Path:
     return write_tiny_original_checkpoint(tmp_path_factory.mktemp("orig") / "orig", with_codec=False)
@@ -711,7 +721,7 @@ def test_original_checkpoint(case, original, tmp_path, monkeypatch, capsys):
     (tmp_path / "full" / "keep.txt").write_text("mine")
     options = ["--input", str(source), "--output", "out", "--no-verify", *(extra[0] if extra else [])]
     with nothing_lost(tmp_path):
-        code = convert_checkpoint.main(options, prog="convert_checkpoint.py")
+        code = cli_main.main(["convert", *options], convert_prog="convert_checkpoint.py")
     err = capsys.readouterr().err
     assert code == 2, err
     assert_one_line(err, "convert_checkpoint.py: error: ", fragment)
@@ -935,8 +945,8 @@ def _convert_full(stage):
                 raise KeyboardInterrupt
 
             monkeypatch.setattr(convert_checkpoint, "_write_and_verify", interrupted)
-            code = convert_checkpoint.main(["--input", str(original), "--output", str(output), "--overwrite",
-                                            "--without-codec", "--no-verify"])
+            code = cli_main.main(["convert", "--input", str(original), "--output", str(output), "--overwrite",
+                                  "--without-codec", "--no-verify"])
             assert code == 130
         elif stage == "swap":  # the second rename fails: the old output comes back on the next run
             rename = os.rename
@@ -1090,16 +1100,16 @@ def test_damaged_cache_entry_is_reported_and_rebuilt(case, original, tmp_path, m
         (target / "config.json").write_text('{"model_type": "higgs_audio_v3"}')
         (target / "model.safetensors").write_bytes(bytes(range(256)) * 64)
 
-    monkeypatch.setattr(convert_checkpoint, "convert", fake_conversion)
+    monkeypatch.setattr(conversion_cache, "convert", fake_conversion)
     cache = tmp_path / "cache"
-    entry = convert_checkpoint.converted_path(original, cache)
-    assert convert_checkpoint.converted_path(original, cache) == entry and len(calls) == 1  # complete: reused
+    entry = conversion_cache.converted_path(original, cache)
+    assert conversion_cache.converted_path(original, cache) == entry and len(calls) == 1  # complete: reused
     CACHE_CASES[case](entry)
     from transformers.utils import logging as transformers_logging
 
     transformers_logging.get_logger("higgs_v3").propagate = True
     with caplog.at_level("WARNING"):
-        assert convert_checkpoint.converted_path(original, cache) == entry
+        assert conversion_cache.converted_path(original, cache) == entry
     assert len(calls) == 2
     warnings = [r.getMessage() for r in caplog.records if "is damaged" in r.getMessage()]
     assert len(warnings) == 1 and "\n" not in warnings[0] and str(entry) in warnings[0], caplog.text
@@ -1119,9 +1129,9 @@ def test_concurrent_conversions_into_one_cache_convert_once(original, tmp_path, 
         target.mkdir(parents=True)
         (target / "config.json").write_text("{}")
 
-    monkeypatch.setattr(convert_checkpoint, "convert", slow_conversion)
+    monkeypatch.setattr(conversion_cache, "convert", slow_conversion)
     results = []
-    threads = [threading.Thread(target=lambda: results.append(convert_checkpoint.converted_path(original, tmp_path)))
+    threads = [threading.Thread(target=lambda: results.append(conversion_cache.converted_path(original, tmp_path)))
                for _ in range(2)]
     for thread in threads:
         thread.start()
@@ -1211,7 +1221,7 @@ def test_sigkill_mid_conversion_then_the_next_run_cleans_up(original, tmp_path):
     assert (output / "keep.txt").read_text() == "previous"
     assert len(staging()) == 1  # the dead run's leftover
     with contextlib.redirect_stdout(io.StringIO()):  # the next run, in this process (a fresh one costs seconds)
-        assert convert_checkpoint.main(args[2:]) == 0
+        assert cli_main.main(["convert", *args[2:]]) == 0
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != "cache") == ["out"]
     assert (output / "config.json").is_file() and not (output / "keep.txt").exists()
     assert not (output / folders.OWNER_FILE).exists()

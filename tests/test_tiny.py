@@ -22,7 +22,6 @@ from higgs_v3.conversion.original_format import original_config, original_lm_sha
 from higgs_v3.testing.tiny import (
     TINY_CODEC_OVERRIDES,
     codec_state_dict_names,
-    main,
     make_tiny_random_model,
     tiny_codec_config,
     write_tiny_original_checkpoint,
@@ -539,7 +538,9 @@ def test_untied_heads_option(tmp_path):
 
 
 def test_command_line_writes_an_original_checkpoint(tmp_path, capsys):
-    assert main(["original", str(tmp_path / "cli"), "--no-codec"]) == 0
+    from higgs_v3.cli.main import main
+
+    assert main(["make-tiny", "--original", str(tmp_path / "cli"), "--no-codec"]) == 0
     assert "Wrote a tiny original" in capsys.readouterr().out
     with open(tmp_path / "cli" / "config.json") as f:
         assert json.load(f)["model_type"] == "higgs_multimodal_qwen3"

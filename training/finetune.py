@@ -43,7 +43,7 @@ from transformers.utils import logging
 
 from ..audio_io_higgs_v3 import atomic_output
 from ..generation_higgs_v3 import MAX_POSITIONS
-from ..conversion.folders import clean_stale_siblings, staging_folder, swap_into_place
+from ..conversion.folders import staged_folder
 
 
 try:
@@ -58,7 +58,8 @@ AUDIO_SUFFIXES: tuple[str, ...] = (".wav", ".flac", ".ogg")
 """Audio files a dataset folder may hold (each with a `.txt` transcript of the same name)."""
 
 DEFAULT_MAX_SECONDS: float = 30.0
-"""Longer target clips are refused (or skipped): a training example must fit one generation's positions."""
+"""Longer target clips are refused (or skipped) by `model.encode_target`: a training example must fit one
+generation's positions. Reference clips have the reference limit (`audio_io_higgs_v3.MAX_REFERENCE_SECONDS`)."""
 
 BACKBONE_PROJECTIONS: str = r"model\.layers\.\d+\.(self_attn\.(q|k|v|o)_proj|mlp\.(gate|up|down)_proj)"
 """LoRA's `target_modules`: the backbone's attention and MLP projections (a full match on module names), nothing of
@@ -290,28 +291,16 @@ class HiggsAudioV3CodesCache:
         return codes
 
 
-def _check_duration(audio: AudioSource, max_seconds: float) -> None:
-    """Refuse an unreadable or too long clip before any codec work (the codec checks the short ones)."""
-    if isinstance(audio, tuple):
-        samples, rate = audio
-        num_samples = np.asarray(samples).shape[-1] if np.asarray(samples).ndim else 0
-    else:
-        try:
-            info = soundfile.info(os.fspath(audio))
-        except Exception as error:  # LibsndfileError for a broken or unknown file
-            raise ValueError(f"could not read the audio file {str(audio)!r} ({error})") from None
-        num_samples, rate = info.frames, info.samplerate
-    if num_samples > max_seconds * rate:
-        raise ValueError(
-            f"the audio is {num_samples / rate:.2f} s long; the longest accepted is {max_seconds:g} s (max_seconds): "
-            "split long recordings into sentences"
-        )
-
-
-def _encode(model, audio: AudioSource, target: bool):
+def _encode_target(model, audio: AudioSource, max_seconds: float) -> torch.LongTensor:
+    """`model.encode_target`: the clip's codes, its length refused over `max_seconds` (and under the frames a target
+    needs) with the library's own wording."""
     samples, rate = audio if isinstance(audio, tuple) else (audio, None)
-    if target:
-        return model.encode_target(samples, sampling_rate=rate)
+    return model.encode_target(samples, sampling_rate=rate, max_seconds=max_seconds)
+
+
+def _encode_reference(model, audio: AudioSource) -> torch.LongTensor:
+    """`model.encode_reference`: a reference clip's codes, refused as any reference clip is (`MAX_REFERENCE_SECONDS`)."""
+    samples, rate = audio if isinstance(audio, tuple) else (audio, None)
     return model.encode_reference(samples, sampling_rate=rate).codes
 
 
@@ -351,12 +340,12 @@ def prepare_examples(
     """Encode every item's clips once (cached in `cache_dir`) and build its training example with
     `processor(text=..., audio_target=codes, reference_codes=..., reference_text=...)`.
 
-    A bad item raises a `ValueError` that names it (an invalid tag or an empty transcript, an unreadable clip, one
-    longer than `max_seconds` or shorter than the 8 frames a target needs, an example over generation's
-    `MAX_POSITIONS`), or with `skip_invalid=True` is skipped and counted in one warning (and appended to `skipped`,
-    when given, as "name: reason")."""
-    if getattr(model, "codec", None) is None:
-        raise ValueError("Preparing training examples from audio needs the model's codec; this model has none.")
+    A bad item raises a `ValueError` that names it, in the words of the check that refused it (`processor.check_text`:
+    an invalid tag or an empty transcript; `model.encode_target`: an unreadable target clip, one longer than
+    `max_seconds` or shorter than the 8 frames a target needs; `model.encode_reference`: a reference clip as any
+    reference; an example over generation's `MAX_POSITIONS`), or with `skip_invalid=True` is skipped and counted in one
+    warning (and appended to `skipped`, when given, as "name: reason")."""
+    model._require_codec("Preparing training examples from audio")  # the model's one refusal of a codec-less model
     cache = HiggsAudioV3CodesCache(cache_dir)
     fingerprint = _codec_fingerprint(model)
     problems = _Problems(skip_invalid, "items", skipped)
@@ -366,13 +355,13 @@ def prepare_examples(
             processor.check_text(item.text, f"the transcript of {item.name}")
             if item.ref_text is not None:
                 processor.check_text(item.ref_text, f"the reference transcript of {item.name}")
-            _check_duration(item.audio, max_seconds)
-            codes = cache.codes(cache.key(fingerprint, "target", item.audio), lambda: _encode(model, item.audio, True))
+            # The codes of a target are those of `encode_target(clip, max_seconds)`: the limit is part of their key.
+            codes = cache.codes(cache.key(fingerprint, f"target<={max_seconds:g}s", item.audio),
+                                lambda: _encode_target(model, item.audio, max_seconds))
             reference = None
             if item.ref_audio is not None:
-                _check_duration(item.ref_audio, max_seconds)
                 reference = cache.codes(cache.key(fingerprint, "reference", item.ref_audio),
-                                        lambda: _encode(model, item.ref_audio, False))
+                                        lambda: _encode_reference(model, item.ref_audio))
             batch = processor(text=item.text, audio_target=codes, reference_codes=reference,
                               reference_text=item.ref_text if reference is not None else None)
         except ValueError as error:
@@ -423,53 +412,6 @@ def trainable_parameters(model) -> tuple[int, int]:
     """(trainable, total) parameter counts."""
     total = sum(p.numel() for p in model.parameters())
     return sum(p.numel() for p in model.parameters() if p.requires_grad), total
-
-
-def lora_parameter_count(config, rank: int = 16) -> int:
-    """Parameters LoRA adds on `BACKBONE_PROJECTIONS` (`rank * (in + out)` per projection), from a config's shapes."""
-    hidden, inter = config.hidden_size, config.intermediate_size
-    query, key_value = config.num_attention_heads * config.head_dim, config.num_key_value_heads * config.head_dim
-    shapes = [(hidden, query), (hidden, key_value), (hidden, key_value), (query, hidden),
-              (hidden, inter), (hidden, inter), (inter, hidden)]
-    return config.num_hidden_layers * sum(rank * (fan_in + fan_out) for fan_in, fan_out in shapes)
-
-
-def backbone_parameter_count(config) -> int:
-    """Parameters of everything but the codec (token and fused audio embeddings, both heads tied to them, the decoder
-    layers with their norms), from a config's shapes."""
-    hidden, inter, head_dim = config.hidden_size, config.intermediate_size, config.head_dim
-    query, key_value = config.num_attention_heads * head_dim, config.num_key_value_heads * head_dim
-    layer = hidden * (query + 2 * key_value) + query * hidden + 3 * hidden * inter + 2 * hidden + 2 * head_dim
-    return config.vocab_size * hidden + config.audio_vocab_size * hidden + config.num_hidden_layers * layer + hidden
-
-
-def estimate_lora_memory(config, positions: int, rank: int = 16, codec_parameters: int = 0) -> dict[str, int]:
-    r"""Bytes a LoRA run needs at batch 1, **computed from the shapes** (not measured): bf16 weights with the codec in
-    fp32, fp32 adapters (PEFT's default) with their gradients and AdamW's two moments, and the activations of one
-    `positions`-long example under gradient checkpointing with a fused attention kernel (SDPA / flash: no
-    `positions^2` matrix) and LoRA dropout 0. Framework overhead (CUDA context, allocator slack) is not included.
-
-    - `checkpoints`: each decoder layer's input, kept for the backward pass: `layers * positions * hidden` bf16.
-    - `layer_recompute`: one layer's saved tensors while it is recomputed and differentiated (the normed inputs, q /
-      k / v before and after their norm and rotary embedding, the attention output, the MLP's gate, up, activation
-      and product, the projections' outputs: `positions * (5 hidden + 3 q + 3 kv + 4 intermediate)` bf16 values),
-      doubled for their gradients.
-    - `head_and_loss`: the audio logits (bf16), their fp32 copy in the loss, its log-softmax and its gradient:
-      `positions * num_codebooks * codebook_size * (2 + 3 * 4)` bytes. The 151936-wide text head never runs."""
-    hidden, inter = config.hidden_size, config.intermediate_size
-    query, key_value = config.num_attention_heads * config.head_dim, config.num_key_value_heads * config.head_dim
-    lora = lora_parameter_count(config, rank)
-    per_position = 5 * hidden + 2 * query + query + 2 * key_value + key_value + 4 * inter  # saved per layer, bf16
-    parts = {
-        "weights_bf16": 2 * backbone_parameter_count(config),
-        "codec_fp32": 4 * codec_parameters,
-        "lora_weights_grads_adam": 16 * lora,
-        "checkpoints": 2 * config.num_hidden_layers * positions * hidden,
-        "layer_recompute": 2 * 2 * positions * per_position,
-        "head_and_loss": positions * config.num_codebooks * config.codebook_size * (2 + 3 * 4),
-    }
-    parts["total"] = sum(parts.values())
-    return parts
 
 
 # ================================================================================================== a run
@@ -527,26 +469,48 @@ class FinetuneRun:
             raise ValueError(f"{self.output!r} already holds a fine-tuned model; pick another --output or --resume.")
 
     def run(self) -> dict:
-        """Train, save, sample and push; returns a summary (losses, steps, paths, throughput)."""
-        import time
-
-        from transformers import Trainer, TrainingArguments, set_seed
+        """Train, save, sample and push; returns a summary (losses, steps, paths, throughput). The options and the
+        data's items are checked before any model is loaded."""
+        from transformers import set_seed
 
         from ..cli.models import load_processor, resolve_model
 
         self.validate()
         set_seed(self.seed)
-        output = Path(self.output)
+        skipped: list[str] = []
+        items = load_speech_items(self.data, skip_invalid=self.skip_invalid, skipped=skipped)
         source = resolve_model(self.model, log=self.log)
         processor = load_processor(source)
+        model = self._load_model(source)
+        train_set, eval_set = self._examples(model, processor, items, skipped)
+        if self.lora:
+            from peft import get_peft_model
+
+            model = get_peft_model(model, lora_config(self.lora_rank))
+        trainable, total = trainable_parameters(model)
+        self.log(f"Training {trainable:,} of {total:,} parameters ({'LoRA' if self.lora else 'full'}).")
+        summary = {**self._train(model, processor, train_set, eval_set), "skipped": skipped}
+        model, saved = self._save(model.eval(), processor, source)
+        summary.update(saved)
+        output = Path(self.output)
+        summary["sample"] = self._sample(model, processor, items[0].text, output) if self.sample_seconds > 0 else None
+        if self.push_to_hub:
+            summary["pushed"] = self._push(output)
+        return summary
+
+    @staticmethod
+    def _load_model(source: Path):
+        """The model to tune, in float32, its codec frozen (the model freezes it; checked)."""
         from ..modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
 
         model = HiggsAudioV3ForConditionalGeneration.from_pretrained(str(source), dtype=torch.float32)
-        if model.codec is not None and any(p.requires_grad for p in model.codec.parameters()):  # the model freezes it
+        if model.codec is not None and any(p.requires_grad for p in model.codec.parameters()):
             raise RuntimeError("The codec's parameters require gradients after loading; it must stay frozen.")
-        skipped: list[str] = []
-        items = load_speech_items(self.data, skip_invalid=self.skip_invalid, skipped=skipped)
-        dataset = prepare_examples(model, processor, items, cache_dir=output / "codes_cache",
+        return model
+
+    def _examples(self, model, processor, items: list[SpeechItem], skipped: list[str]):
+        """The training and held-out examples (`prepare_examples`, codes cached in `output/codes_cache`)."""
+        dataset = prepare_examples(model, processor, items, cache_dir=Path(self.output) / "codes_cache",
                                    max_seconds=self.max_seconds, skip_invalid=self.skip_invalid, skipped=skipped)
         for reason in skipped:
             self.log(f"Skipped {reason}.")
@@ -554,14 +518,17 @@ class FinetuneRun:
         train_set, eval_set = dataset.split(held_out)
         self.log(f"{len(train_set)} training and {held_out} held-out examples ({dataset.encoded} clips encoded, "
                  f"{dataset.cache_hits} from the cache).")
-        if self.lora:
-            from peft import get_peft_model
+        return train_set, eval_set
 
-            model = get_peft_model(model, lora_config(self.lora_rank))
-        trainable, total = trainable_parameters(model)
-        self.log(f"Training {trainable:,} of {total:,} parameters ({'LoRA' if self.lora else 'full'}).")
+    def _train(self, model, processor, train_set, eval_set) -> dict:
+        """transformers' `Trainer` with this run's options (resumed from the last checkpoint with `resume`); the
+        training loss, steps and seconds, and the held-out loss when there is a held-out set."""
+        import time
+
+        from transformers import Trainer, TrainingArguments
+
         args = TrainingArguments(
-            output_dir=str(output),
+            output_dir=str(self.output),
             num_train_epochs=self.epochs,
             max_steps=self.max_steps,
             learning_rate=self.learning_rate or (1e-4 if self.lora else 1e-5),
@@ -587,22 +554,25 @@ class FinetuneRun:
         trainer.remove_callback(PrinterCallback)  # it prints raw log dicts to stdout
         started = time.perf_counter()
         result = trainer.train(resume_from_checkpoint=True if self.resume else None)
-        seconds = time.perf_counter() - started
-        summary = {"train_loss": result.training_loss, "steps": result.global_step, "seconds": seconds,
-                   "skipped": skipped, "examples": len(train_set)}
+        summary = {"train_loss": result.training_loss, "steps": result.global_step,
+                   "seconds": time.perf_counter() - started, "examples": len(train_set)}
         if eval_set is not None:
             summary["eval_loss"] = trainer.evaluate()["eval_loss"]  # logged by `_Progress`
-        model = model.eval()
-        if self.lora:
-            summary["adapter"] = str(_save_in_place(output / "adapter", lambda staging: model.save_pretrained(str(staging))))
-            model = model.merge_and_unload()
-        summary["model"] = str(_save_in_place(
-            output / "model", lambda staging: save_full_repo(model, processor, staging, base=source)
-        ))
-        summary["sample"] = self._sample(model, processor, items[0].text, output) if self.sample_seconds > 0 else None
-        if self.push_to_hub:
-            summary["pushed"] = self._push(output)
         return summary
+
+    def _save(self, model, processor, source: Path):
+        """`adapter/` (LoRA), then `model/` (LoRA merged), each written whole (`conversion.folders.staged_folder`).
+        Returns the model as saved (merged) and the folders written."""
+        output, saved = Path(self.output), {}
+        if self.lora:
+            with staged_folder(output / "adapter", "saving") as staging:
+                model.save_pretrained(str(staging))
+            saved["adapter"] = str(output / "adapter")
+            model = model.merge_and_unload()
+        with staged_folder(output / "model", "saving") as staging:
+            save_full_repo(model, processor, staging, base=source)
+        saved["model"] = str(output / "model")
+        return model, saved
 
     def _sample(self, model, processor, default_text: str, output: Path) -> str | None:
         text = self.sample_text or default_text
@@ -692,23 +662,6 @@ def save_full_repo(model, processor, folder: str | os.PathLike, base: str | os.P
     return folder
 
 
-def _save_in_place(folder: Path, save: Callable[[Path], object]) -> Path:
-    """Run `save(staging)` on a fresh staging folder beside `folder`, then swap it into place (see
-    `conversion/folders`): a killed run leaves the previous `folder` (or none), never a half-written one; what a
-    dead run left beside it is cleaned first. A failed save removes its staging folder."""
-    import shutil
-
-    clean_stale_siblings(folder)
-    staging = staging_folder(folder)
-    try:
-        save(staging)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    swap_into_place(staging, folder)
-    return folder
-
-
 __all__ = [
     "AUDIO_SUFFIXES",
     "BACKBONE_PROJECTIONS",
@@ -718,9 +671,6 @@ __all__ = [
     "HiggsAudioV3DataCollator",
     "HiggsAudioV3SpeechDataset",
     "SpeechItem",
-    "backbone_parameter_count",
-    "estimate_lora_memory",
-    "lora_parameter_count",
     "items_from_dataset",
     "load_speech_items",
     "lora_config",
