@@ -115,33 +115,6 @@ def resample_audio(waveform: torch.Tensor, orig_sr: int, target_sr: int) -> torc
     return interleaved[:, :target_length].reshape(*waveform.shape[:-1], -1)  # [..., M]
 
 
-def codec_num_frames(num_samples: int, codec_config: dict | HiggsAudioV2TokenizerConfig) -> int:
-    """Frames the codec's `encode` returns for `num_samples` samples, a pure function of its config (or its dict), as
-    CSM's processor counts audio tokens: the processor lays out a clip's placeholders with it.
-
-    The semantic branch sets the count: the clip resampled to `semantic_sample_rate` (`resampled_length`), padded by
-    `downsample_factor // 2` on each side, through HuBERT's convolutions (`conv_kernel`, `conv_stride`), every
-    `semantic_downsample_factor`-th frame kept. For the real codec `floor((ceil(2 * N / 3) + 560) / 640)`: 25 frames
-    for 24000 samples. `encode` needs at least `hop_length` samples; the count is given for any `N >= 0`.
-    """
-    if isinstance(codec_config, dict):
-        semantic = codec_config["semantic_model_config"]
-        kernels, strides = semantic["conv_kernel"], semantic["conv_stride"]
-        sample_rate, semantic_rate = codec_config["sample_rate"], codec_config["semantic_sample_rate"]
-        factor = codec_config["downsample_factor"]
-        hop_length = math.prod(codec_config["acoustic_model_config"]["downsampling_ratios"])
-    else:
-        semantic = codec_config.semantic_model_config
-        kernels, strides = semantic.conv_kernel, semantic.conv_stride
-        sample_rate, semantic_rate = codec_config.sample_rate, codec_config.semantic_sample_rate
-        factor, hop_length = codec_config.downsample_factor, codec_config.hop_length
-    keep_every = max(1, int(hop_length / (sample_rate / semantic_rate) / factor))  # `semantic_downsample_factor`
-    length = resampled_length(int(num_samples), sample_rate, semantic_rate) + 2 * (factor // 2)  # padded HuBERT input
-    for kernel, stride in zip(kernels, strides):
-        length = (length - kernel) // stride + 1  # HuBERT frames after each convolution
-    return max(0, math.ceil(length / keep_every))
-
-
 # *** Higgs Audio v2 specific *** the residual VQ projects the 1024-wide features to the 64-wide codebooks and back
 # (X-Codec's quantizer has no projections). Same names as transformers' `HiggsAudioV2TokenizerVectorQuantization`.
 class HiggsAudioV3VectorQuantization(XcodecVectorQuantization):
@@ -179,7 +152,8 @@ class HiggsAudioV3Codec(XcodecModel):
     transformers' `XcodecModel` does the work; ours adds the Higgs VQ levels, the resample without torchaudio and a
     float32 pin (the decoder's transposed convolutions are unstable in half precision): a cast of the model that holds
     it (`model.to(torch.bfloat16)`, `half()`) leaves its weights float32, bit for bit, and moves them to its device.
-    `encode` maps `N >= hop_length` samples to `num_frames(N)` frames, `decode` `T` frames to `T * 960` samples; its
+    `encode` maps `N >= hop_length` samples to `floor((ceil(2 * N / 3) + 560) / 640)` frames for the real strides (the
+    processor counts them without a codec, `_get_encoded_length`), `decode` `T` frames to `T * 960` samples; its
     callers (the model's `encode_reference` / `encode_target`, `decode_audio`, the streamer) check what they hand it.
 
     Example:
@@ -233,10 +207,6 @@ class HiggsAudioV3Codec(XcodecModel):
         return super()._apply(float32, recurse)
         # *** end Higgs v3 specific ***
 
-    def num_frames(self, num_samples: int) -> int:
-        """Frames `encode` returns for `num_samples` samples: `codec_num_frames(num_samples, self.config)`."""
-        return codec_num_frames(num_samples, self.config)
-
     # ------------------------------------------------------------------ encode / decode
     def _extract_semantic_features(self, input_values: torch.Tensor) -> torch.Tensor:
         """HuBERT features at the codec frame rate: `[B, 1, N]` at 24 kHz -> `[B, T, semantic_hidden]`."""
@@ -256,8 +226,8 @@ class HiggsAudioV3Codec(XcodecModel):
     def encode(
         self, input_values: torch.Tensor, bandwidth: float | None = None, return_dict: bool | None = False
     ) -> torch.LongTensor | XcodecEncoderOutput:
-        """Mono float audio `[B, 1, N]` at 24 kHz, `N >= hop_length` -> codes `[B, num_quantizers, T]`,
-        `T = num_frames(N)`, each in 0..1023. The audio is cast to the codec's dtype; `bandwidth` (one of
+        """Mono float audio `[B, 1, N]` at 24 kHz, `N >= hop_length` -> codes `[B, num_quantizers, T]`, each in
+        0..1023. The audio is cast to the codec's dtype; `bandwidth` (one of
         `config.target_bandwidths`, default the highest) and `return_dict` are those of `XcodecModel.encode`."""
         return super().encode(input_values.to(self.fc.weight.dtype), bandwidth=bandwidth, return_dict=return_dict)
 
@@ -297,8 +267,8 @@ class HiggsAudioV3Codec(XcodecModel):
 
     @torch.no_grad()
     def encode_waveform(self, waveform: torch.FloatTensor) -> torch.LongTensor:
-        """One mono waveform `[samples]` at `sampling_rate` -> its raw codes `[num_frames(samples), num_quantizers]`
-        (frame-major, on the CPU), the layout of a voice and of `apply_delay_pattern`."""
+        """One mono waveform `[samples]` at the codec's rate -> its raw codes `[frames, num_quantizers]` (frame-major, on
+        the CPU), the layout of a voice and of `apply_delay_pattern`."""
         codes = self.encode(waveform.to(self.fc.weight.device)[None, None])  # [1, Q, T]
         return codes[0].T.to("cpu")  # [T, Q]
 
@@ -391,6 +361,6 @@ def place_codec(model) -> None:
 
 __all__ = [
     "HiggsAudioV3Codec", "HiggsAudioV3ResidualVectorQuantization", "HiggsAudioV3VectorQuantization",
-    "RESAMPLE_LOWPASS_FILTER_WIDTH", "RESAMPLE_ROLLOFF", "build_codec_config", "codec_device_map", "codec_num_frames",
-    "place_codec", "resample_audio", "resample_kernel", "resampled_length",
+    "RESAMPLE_LOWPASS_FILTER_WIDTH", "RESAMPLE_ROLLOFF", "build_codec_config", "codec_device_map", "place_codec",
+    "resample_audio", "resample_kernel", "resampled_length",
 ]

@@ -16,6 +16,7 @@ from transformers import HiggsAudioV2TokenizerConfig
 from conftest import tiny_config
 from higgs_v3.codec_higgs_v3 import HiggsAudioV3Codec, build_codec_config, resample_audio
 from higgs_v3.conversion.original_format import REAL_CODEC_CONFIG
+from higgs_v3.processing_higgs_v3 import REAL_ENCODED_LENGTH_KWARGS, HiggsAudioV3Processor
 from higgs_v3.testing.tiny import codec_state_dict_names, tiny_codec_config
 
 
@@ -31,6 +32,11 @@ def codec() -> HiggsAudioV3Codec:
         for level in codec.quantizer.quantizers:
             level.codebook.embed.normal_()
     return codec
+
+
+def processor_frames(num_samples: int) -> int:
+    """The frames the processor lays out for a clip of `num_samples` samples (the real codec's strides)."""
+    return HiggsAudioV3Processor._get_encoded_length(num_samples, **REAL_ENCODED_LENGTH_KWARGS)
 
 
 def expected_frames(num_samples: int) -> int:
@@ -62,11 +68,12 @@ def test_decode_length(codec, frames):
 
 
 def test_encode_frame_count_for_several_lengths(codec):
-    # Values by hand from the formula in `codec_num_frames`'s doc: T = floor((ceil(2N/3) + 560) / 640).
+    # Values by hand from the formula in the codec's doc: T = floor((ceil(2N/3) + 560) / 640); the processor counts
+    # the same without a codec.
     by_hand = {960: 1, 1078: 1, 1079: 2, 1920: 2, 12345: 13, 24000: 25, 48001: 50}
     for num_samples, frames in by_hand.items():
         assert expected_frames(num_samples) == frames
-        assert codec.num_frames(num_samples) == frames
+        assert processor_frames(num_samples) == frames
         codes = codec.encode(torch.randn(2, 1, num_samples))
         assert codes.shape == (2, 8, frames), num_samples
         assert codes.dtype == torch.int64
@@ -76,12 +83,12 @@ def test_encode_frame_count_for_several_lengths(codec):
 
 
 def test_frame_formula_and_branch_agreement_up_to_100_s(codec):
-    """For every length from one hop to 100 s: `num_frames` is the closed form, and the acoustic encoder (possibly
+    """For every length from one hop to 100 s: the processor's count is the closed form, and the acoustic encoder (maybe
     padded, as `XcodecModel.encode` does) yields the same frame count, so the two branches always concatenate."""
     n = np.arange(960, 2_400_001, dtype=np.int64)
     semantic = expected_frames(n)
     assert (semantic == (-(-2 * n // 3) + 560) // 640).all()
-    assert all(codec.num_frames(int(k)) == int(semantic[k - 960]) for k in (960, 1079, 2_399_999, 2_400_000))
+    assert all(processor_frames(int(k)) == int(semantic[k - 960]) for k in (960, 1079, 2_399_999, 2_400_000))
     convs = [m for m in codec.acoustic_encoder.modules() if isinstance(m, nn.Conv1d)]
 
     def acoustic(length: np.ndarray) -> np.ndarray:

@@ -237,7 +237,8 @@ def test_prepare_examples_encodes_once_and_caches(tmp_path, processor, codec_mod
     assert (len(dataset), dataset.encoded, dataset.cache_hits) == (2, 2, 0)
     for example, item in zip(dataset, items):  # the example is the processor's, built from the codec's codes
         codes = codec_model.encode_target(item.audio)
-        assert codes.shape[0] == codec_model.codec.num_frames(soundfile.info(item.audio).frames)
+        assert codes.shape[0] == processor._get_encoded_length(soundfile.info(item.audio).frames,
+                                                               **processor.encoded_length_kwargs)
         expected = processor(text=item.text, audio_target=codes)
         assert torch.equal(example["audio_labels"], expected["audio_labels"][0])
         assert torch.equal(example["input_ids"], expected["input_ids"][0])
