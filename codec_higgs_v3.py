@@ -95,14 +95,9 @@ def resampled_length(num_samples: int, orig_sr: int, target_sr: int) -> int:
 
 
 def resample_audio(waveform: torch.Tensor, orig_sr: int, target_sr: int) -> torch.Tensor:
-    """Resample the last axis of `waveform` from `orig_sr` to `target_sr` Hz as `torchaudio.functional.resample` does
-    with its defaults (sinc interpolation, Hann window, 6 zero crossings, rolloff 0.99).
-
-    `[..., N]` -> `[..., resampled_length(N)]` (`ceil(N * target_sr / orig_sr)`), on the input's device, in its float
-    dtype, differentiable; the leading axes are independent signals, resampled together in one `conv1d`. The rates are
-    positive integers and the waveform floating point: its callers (`audio_io_higgs_v3.prepare_reference_waveform`, the
-    codec with its config's rates) check them.
-    """
+    """Resample the last axis of `waveform`, `[..., N]` -> `[..., resampled_length(N)]`, as torchaudio does (see
+    above): in its float dtype, differentiable, the leading axes resampled together in one `conv1d`. Its callers
+    (`audio_io_higgs_v3.prepare_reference_waveform`, the codec) pass positive integer rates and float audio."""
     if orig_sr == target_sr:
         return waveform
     kernel, width, orig, new = resample_kernel(orig_sr, target_sr, waveform.dtype, waveform.device)
@@ -312,15 +307,8 @@ def codec_device_map(device_map, top_level_modules: tuple[str, ...]):
 
 def place_codec(model) -> None:
     """Make `model.codec` run on the device its `model.hf_device_map` entry names (`"cpu"` and `"disk"`: the CPU),
-    offloaded weights loaded there, hooks removed; nothing to do without a device map. `from_pretrained` calls it.
-
-    ```python
-    >>> placement = {"": "cuda:0", "codec": "cpu"}
-    >>> model = HiggsAudioV3ForConditionalGeneration.from_pretrained(repo, device_map=placement)  # doctest: +SKIP
-    >>> model.codec.device, model.device  # doctest: +SKIP
-    (device(type='cpu'), device(type='cuda', index=0))
-    ```
-    """
+    offloaded weights loaded there, hooks removed; nothing to do without a device map. `from_pretrained` calls it, e.g.
+    for `device_map={"": "cuda:0", "codec": "cpu"}` (the codec on the CPU, the rest on the GPU)."""
     device_map = getattr(model, "hf_device_map", None) or {}
     owner = "codec" if "codec" in device_map else ""
     if model.codec is None or owner not in device_map:

@@ -11,10 +11,8 @@ Tensor parallelism moved too: 5.24 loads with `from_pretrained(..., distributed_
 such style (a module outside the plan is replicated there, which is the same thing).
 
 Pipelines' length default: transformers 5.5's `pipeline("text-to-speech")` passes its own default generation config
-(`TextToAudioPipeline._default_generation_config`, `max_new_tokens=256`) to `model._prepare_generation_config` as if a
-user had set it, so it replaced the repo's `max_new_tokens` (which its docstring ranks above the pipeline default; later
-releases apply the pipeline defaults only where neither the user nor the model set a value).
-`prepare_generation_config` ranks such a pipeline default below the model's generation config, on every release.
+(`max_new_tokens=256`) as if a user had set it, replacing the repo's `max_new_tokens` (later releases rank it below
+the model's); `prepare_generation_config` ranks it below the model's generation config on every release.
 """
 
 from __future__ import annotations

@@ -110,9 +110,8 @@ class HiggsAudioV3Config(Qwen3Config):
 
     @classmethod
     def get_config_dict(cls, pretrained_model_name_or_path, **kwargs) -> tuple[dict, dict]:
-        """`PreTrainedConfig.get_config_dict` (what `from_pretrained` reads), refusing a config of another `model_type`:
-        transformers only logs a warning and builds a Higgs Audio v3 config from the other model's fields. A
-        `ValueError` naming the source and its `model_type`; a config without `model_type` is read as before."""
+        """`PreTrainedConfig.get_config_dict`, refusing a config of another `model_type` (transformers only warns and
+        builds a Higgs Audio v3 config from the other model's fields); a config without `model_type` is read."""
         config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)
         found = config_dict.get("model_type")
         if found is not None and found != cls.model_type:

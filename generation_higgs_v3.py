@@ -2,16 +2,12 @@
 r"""Delay-pattern generation for Higgs Audio v3 inside transformers' `GenerationMixin`.
 
 We do not fork `GenerationMixin._sample`. As in MusicGen and Dia, the codebook axis goes through the stock loop:
-each batch row `b` becomes `num_codebooks` rows `b * C + c` of `input_ids` (the prompt repeated, then the codes of
-codebook `c`), the model returns the audio logits as `[B * C, positions, codebook_size]` (its one layout), and the
-stock loop picks one code per row. What is specific to Higgs v3 lives in small pieces around that loop:
-`prepare_inputs_for_generation` (the prefill embeds the prompt, each later step the previous row with the fused
-codebook embedding), `HiggsAudioV3DelayPatternLogitsProcessor` (BOC in the delay window), the sampling of
-`sampling_higgs_v3` (transformers' warpers in the spec's order, then a draw seeded per sequence, so a row gives the
-same codes alone or in a batch; the stock loop runs greedy over its one-hot scores) and
-`HiggsAudioV3StoppingCriteria` (the end of speech, `delay_higgs_v3.speech_end_row`). `generate` checks its arguments
-once, at its entry (`_audio_generation_config`); nothing on the per-step path checks, loops over rows or codebooks,
-or reads from the device.
+batch row `b` becomes rows `b * C + c` of `input_ids` (the prompt, then the codes of codebook `c`), the model's logits
+are `[B * C, positions, codebook_size]` (its one layout), the stock loop picks one code per row. Ours are small pieces
+around it: `prepare_inputs_for_generation` (the fused embedding of the previous row), the delay window's BOC, the
+sampling of `sampling_higgs_v3` (seeded per sequence; the stock loop runs greedy over its one-hot scores) and the end
+of speech (`delay_higgs_v3.speech_end_row`). `generate` checks its arguments once, at its entry; the per-step path
+checks nothing, loops over no rows or codebooks and reads nothing from the device.
 
 The worked example of the spec, with C = 3 (countdown 1):
 
@@ -125,15 +121,10 @@ class HiggsAudioV3DelayPatternLogitsProcessor(LogitsProcessor):
 
 
 class HiggsAudioV3StoppingCriteria(StoppingCriteria):
-    r"""The end of speech, per sequence (`delay_higgs_v3.speech_end_row`): after the delay window, the first EOC of
-    codebook 0 at a row `r >= C` starts a countdown of `C - 2` rows, and row `r + C - 2` is the last one emitted.
-
-    Equivalently, a sequence is done at step `t` when codebook 0 emitted EOC at row `t - (C - 2)` (or earlier) and
-    that row is at least `C`: each step looks back `C - 2` rows at one column of `input_ids` and ORs the result into
-    `ended` (`[batch, C]`), whose flat view `done` is the stock loop's `[batch * C]` layout. Three tensor ops per step,
-    no countdown; `generate` reads lengths and `finished` off the returned rows. `eos_token_id` is set (to EOC)
-    because the stock loop pads finished rows only when a criterion has one.
-    """
+    r"""The end of speech (`delay_higgs_v3.speech_end_row`) one column per step: a sequence is done at step `t` when
+    codebook 0 emitted EOC at row `t - (C - 2)` (or earlier) and that row is at least `C`. The result is ORed into
+    `ended` `[batch, C]`, whose flat view `done` is the stock loop's `[batch * C]`: three tensor ops, no countdown.
+    `eos_token_id` is EOC because the stock loop pads finished rows only when a criterion has one."""
 
     def __init__(self, batch_size: int, num_codebooks: int, eoc_token_id: int, prompt_length: int,
                  device: torch.device):
@@ -321,10 +312,9 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
                 prompts and their delayed reference rows, as in `forward` (the mask all ones when omitted).
             reference_audio / reference_audio_lengths: the processor's reference clips, each encoded once before the
                 loop into the rows marked for it (`merge_reference_clips`): the speech of `encode_reference(clip)`.
-            generation_config / kwargs: `do_sample`, `temperature`, `top_k`, `top_p`, `min_p`, `max_new_tokens` (audio
-                rows, default `MAX_NEW_TOKENS` = 2048), `use_cache`, `cache_implementation`, `return_dict_in_generate`,
-                `output_scores`, `output_logits`. An unset `top_k` / `top_p` / `min_p` applies nothing. Beam search,
-                assisted decoding, repetition penalties, bad words and the like raise a `ValueError`.
+            generation_config / kwargs: `do_sample`, `temperature`, `top_k`, `top_p`, `min_p` (unset: nothing applied),
+                `max_new_tokens` (audio rows, default 2048), `use_cache`, `cache_implementation`,
+                `return_dict_in_generate`, `output_scores`, `output_logits`; beam search and the like are refused.
             streamer: receives each new row as a `[batch, num_codebooks]` tensor (`put`), then `end()`.
             seed: `int` or one per sequence (list or `[batch]` tensor), in `[0, 2**62)`: a sequence gets the same codes
                 alone or in any batch. Default: drawn from torch's global RNG. Ignored for greedy decoding.
@@ -334,11 +324,8 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
                 prompt of a batch). None lifts the limit.
             monitor_progress (`bool`, defaults to False): show a tqdm bar of the rows generated.
 
-        Returns:
-            `HiggsAudioV3GenerationOutput` when `return_dict_in_generate=True`, else the delayed rows
-            `[batch, rows, num_codebooks]` (EOC after a sequence finished).
-
-        Example:
+        Returns `HiggsAudioV3GenerationOutput` when `return_dict_in_generate=True`, else the delayed rows `[batch, rows,
+        num_codebooks]` (EOC after a sequence finished).
 
         ```python
         >>> out = model.generate(**processor("Hello there."), seed=0, return_dict_in_generate=True)  # doctest: +SKIP
@@ -614,13 +601,10 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
             model_inputs["audio_input_ids"] = audio_input_ids
             model_inputs["audio_input_ids_mask"] = audio_input_ids_mask
             return model_inputs
-        if window == 1 and audio_code_offsets is not None:  # every step with a cache: the newest row only
+        if window == 1:  # every step with a cache: the newest row only
             fused = (input_ids[:, -1:] + audio_code_offsets).view(-1, num_codebooks)  # [B, C] fused-embedding rows
             inputs_embeds = self._embed_fused_rows(fused)[:, None]  # [B, 1, H]
-        elif window <= num_generated:  # the newest rows only
-            rows = input_ids[:, -window:].view(-1, num_codebooks, window).transpose(1, 2)  # [B, window, C]
-            inputs_embeds = self.embed_audio_rows(rows)  # [B, window, H]
-        else:  # without a cache: the whole prompt again, then every row
+        else:  # without a cache: the whole prompt again, then every row (the last `window` positions)
             grid = input_ids.view(-1, num_codebooks, input_ids.shape[1])  # [B, C, L + n]
             rows = grid[:, :, audio_prompt_length:].transpose(1, 2)  # [B, n, C]: rows as emitted
             prompt = self.build_inputs_embeds(grid[:, 0, :audio_prompt_length], audio_input_ids, audio_input_ids_mask)

@@ -39,14 +39,11 @@ logger = logging.get_logger(__name__)
 class HiggsAudioV3OutputWithPast(CausalLMOutputWithPast):
     r"""
     Output of [`HiggsAudioV3ForConditionalGeneration.forward`]. `logits` are the **audio** logits in MusicGen's layout,
-    `[batch * num_codebooks, positions, codebook_size]`: row `b * num_codebooks + c` is codebook `c` of sequence `b`
-    (`.view(batch, num_codebooks, positions, codebook_size)` gives them per sequence). `loss` is the mean of the
-    per-codebook cross-entropies.
+    `[batch * num_codebooks, positions, codebook_size]`, row `b * num_codebooks + c` codebook `c` of sequence `b`
+    (`.view(batch, num_codebooks, positions, codebook_size)`); `loss` the mean of the per-codebook cross-entropies.
 
-    text_logits (`torch.FloatTensor` of shape `[batch, positions, vocab_size]`, *optional*):
-        Text LM head logits, only when `return_text_logits=True`.
-    audio_loss_per_codebook (`torch.FloatTensor` of shape `[num_codebooks]`, *optional*):
-        Cross-entropy of each codebook (NaN for a codebook without any label), when `audio_labels` is given.
+    text_logits (`[batch, positions, vocab_size]`, *optional*): the text head's, with `return_text_logits=True`.
+    audio_loss_per_codebook (`[num_codebooks]`, *optional*): each codebook's cross-entropy (NaN without a label).
     """
 
     text_logits: torch.FloatTensor | None = None
