@@ -1,16 +1,10 @@
 # Copyright 2026 the higgs-v3 authors. Licensed under the Apache License, Version 2.0.
 """The bundled audio codec: the Higgs Audio v2 tokenizer, built from transformers' X-Codec blocks, without torchaudio.
 
-Architecture (X-Codec style, as transformers' `HiggsAudioV2TokenizerModel`): a HuBERT semantic branch at 16 kHz, a DAC
-acoustic encoder/decoder at 24 kHz and an 8-level residual VQ (codebook 1024, dimension 64) over the concatenated
-features, one frame per 960 samples (25 frames per second). The state_dict names are exactly those of
-`HiggsAudioV2TokenizerModel`, so the original checkpoint's codec tensors load unchanged.
-
-What differs from transformers' class (which imports `torchaudio` at module level, and torchaudio has no build for
-current torch): the 24 kHz -> 16 kHz resample in front of HuBERT is `resample_audio`, torchaudio's algorithm written
-in plain torch (same outputs, tests/test_resample.py). Everything else is transformers' code: `XcodecModel`'s
-`__init__`/`encode`/`decode` and X-Codec's VQ blocks, plus the two linear projections per VQ level that the Higgs
-variant adds.
+As transformers' `HiggsAudioV2TokenizerModel` (same state_dict names, so the original checkpoint's codec tensors load
+unchanged): a HuBERT semantic branch at 16 kHz, a DAC acoustic encoder/decoder at 24 kHz and an 8-level residual VQ,
+one frame per 960 samples. That class imports `torchaudio` (no build for current torch); here the resample in front of
+HuBERT is `resample_audio`, torchaudio's algorithm in plain torch. Beside the codec: its placement in a device map.
 """
 
 from __future__ import annotations
@@ -30,6 +24,10 @@ from transformers.models.xcodec.modeling_xcodec import (
     XcodecResidualVectorQuantization,
     XcodecVectorQuantization,
 )
+from transformers.utils import logging
+
+
+logger = logging.get_logger(__name__)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -37,8 +35,8 @@ from transformers.models.xcodec.modeling_xcodec import (
 #
 # The official server resamples twice with torchaudio: a reference file to 24 kHz, and 24 kHz to 16 kHz in front of
 # HuBERT (transformers' `HiggsAudioV2TokenizerModel`). Any other filter (soxr, scipy) changes several percent of a
-# clip's codes (docs/FIDELITY.md), so this is torchaudio's band-limited sinc interpolation, reimplemented: after reducing the rates by their
-# gcd to `orig` -> `new`, output sample `new * f + p` (frame f, phase p) is
+# clip's codes (docs/FIDELITY.md), so this is torchaudio's band-limited sinc interpolation, reimplemented: after
+# reducing the rates by their gcd to `orig` -> `new`, output sample `new * f + p` (frame f, phase p) is
 #
 #     y[new * f + p] = sum_k  x[orig * f + k - width] * h_p[k],     k = 0 .. 2 * width + orig - 1
 #     h_p[k] = sinc(pi * s) * cos(pi * s / (2 * W))^2 * base / orig,    s = clamp(base * ((k - width) / orig - p / new), -W, W)
@@ -97,20 +95,11 @@ def resampled_length(num_samples: int, orig_sr: int, target_sr: int) -> int:
 
 
 def resample_audio(waveform: torch.Tensor, orig_sr: int, target_sr: int) -> torch.Tensor:
-    """Resample the last axis of `waveform` from `orig_sr` to `target_sr` Hz as `torchaudio.functional.resample` does
-    with its defaults (sinc interpolation, Hann window, 6 zero crossings, rolloff 0.99).
-
-    `[..., N]` -> `[..., resampled_length(N)]` (`ceil(N * target_sr / orig_sr)`), on the input's device, in its float
-    dtype, differentiable; the leading axes are independent signals, resampled together in one `conv1d`.
-    """
-    for name, rate in (("orig_sr", orig_sr), ("target_sr", target_sr)):
-        if isinstance(rate, bool) or not isinstance(rate, (int, np.integer)) or rate <= 0:
-            raise ValueError(f"{name} must be a positive integer number of Hz, got {rate!r}.")
-    orig_sr, target_sr = int(orig_sr), int(target_sr)
+    """Resample the last axis of `waveform`, `[..., N]` -> `[..., resampled_length(N)]`, as torchaudio does (see
+    above): in its float dtype, differentiable, the leading axes resampled together in one `conv1d`. Its callers
+    (`audio_io_higgs_v3.prepare_reference_waveform`, the codec) pass positive integer rates and float audio."""
     if orig_sr == target_sr:
         return waveform
-    if not waveform.is_floating_point():
-        raise ValueError(f"Only floating point audio can be resampled, got dtype {waveform.dtype}.")
     kernel, width, orig, new = resample_kernel(orig_sr, target_sr, waveform.dtype, waveform.device)
     length = waveform.shape[-1]
     signals = waveform.reshape(math.prod(waveform.shape[:-1]), 1, length)  # [S, 1, N]
@@ -121,38 +110,8 @@ def resample_audio(waveform: torch.Tensor, orig_sr: int, target_sr: int) -> torc
     return interleaved[:, :target_length].reshape(*waveform.shape[:-1], -1)  # [..., M]
 
 
-def codec_num_frames(num_samples: int, codec_config: dict | HiggsAudioV2TokenizerConfig) -> int:
-    """Frames the codec's `encode` returns for `num_samples` samples at its `sample_rate`, without a codec (a pure
-    function of the config, a `HiggsAudioV2TokenizerConfig` or its dict, e.g. `REAL_CODEC_CONFIG`), as CSM's processor
-    counts audio tokens: the processor lays out a clip's placeholders with it, `HiggsAudioV3Codec.num_frames` is it.
-
-    The semantic branch sets the count: the clip resampled to `semantic_sample_rate` (`resampled_length`), padded by
-    `downsample_factor // 2` on each side, through HuBERT's convolutions (`conv_kernel`, `conv_stride`), every
-    `semantic_downsample_factor`-th frame kept. For the real codec `floor((ceil(2 * N / 3) + 560) / 640)`: 25 frames
-    for 24000 samples. `encode` refuses fewer than `hop_length` samples; the count is given for any `N >= 0`.
-    """
-    if isinstance(codec_config, dict):
-        semantic = codec_config["semantic_model_config"]
-        kernels, strides = semantic["conv_kernel"], semantic["conv_stride"]
-        sample_rate, semantic_rate = codec_config["sample_rate"], codec_config["semantic_sample_rate"]
-        factor = codec_config["downsample_factor"]
-        hop_length = math.prod(codec_config["acoustic_model_config"]["downsampling_ratios"])
-    else:
-        semantic = codec_config.semantic_model_config
-        kernels, strides = semantic.conv_kernel, semantic.conv_stride
-        sample_rate, semantic_rate = codec_config.sample_rate, codec_config.semantic_sample_rate
-        factor, hop_length = codec_config.downsample_factor, codec_config.hop_length
-    keep_every = max(1, int(hop_length / (sample_rate / semantic_rate) / factor))  # `semantic_downsample_factor`
-    length = resampled_length(int(num_samples), sample_rate, semantic_rate) + 2 * (factor // 2)  # padded HuBERT input
-    for kernel, stride in zip(kernels, strides):
-        length = (length - kernel) // stride + 1  # HuBERT frames after each convolution
-    return max(0, math.ceil(length / keep_every))
-
-
-# ---------------------------------------------------------------------------------------------------------------
 # *** Higgs Audio v2 specific *** the residual VQ projects the 1024-wide features to the 64-wide codebooks and back
 # (X-Codec's quantizer has no projections). Same names as transformers' `HiggsAudioV2TokenizerVectorQuantization`.
-# ---------------------------------------------------------------------------------------------------------------
 class HiggsAudioV3VectorQuantization(XcodecVectorQuantization):
     """One VQ level: `project_in` (hidden -> codebook_dim), X-Codec's Euclidean codebook, `project_out` (back)."""
 
@@ -185,28 +144,19 @@ class HiggsAudioV3Codec(XcodecModel):
     r"""
     The Higgs Audio v2 tokenizer: 24 kHz mono audio <-> `num_quantizers` (8) codes per frame at 25 frames per second.
 
-    Derived from transformers' `XcodecModel`, whose `__init__`, `encode`, `decode` and `forward` do the work (ours
-    only add input checks and the Higgs VQ levels), with the state_dict names of `HiggsAudioV2TokenizerModel`; the
-    semantic feature extraction is overridden to resample with `resample_audio` instead of importing torchaudio. Build
-    it with [`~HiggsAudioV3Codec.from_codec_config`], which always returns it in fp32 (the transposed convolutions of the
-    decoder are unstable in bf16).
-
-    Frame count: `encode` maps `N` samples to `T = num_frames(N)` frames. The semantic branch sets it: `N` is
-    resampled to `M = ceil(N * 16000 / 24000)` samples, padded by 160 on each side and run through HuBERT's
-    convolutions (receptive field 400, stride 320), and every second HuBERT frame is kept, so for the real strides
-
-        T = floor((ceil(2 * N / 3) + 560) / 640)
-
-    which is `N / 960` when `N` is a multiple of 960 (and otherwise `ceil((N - 120) / 960)` up to the rounding of
-    the resample). `decode` maps `T` frames to exactly `T * 960` samples, so a clip whose length is a multiple of
-    960 comes back with its own length. `encode` needs at least `hop_length` (960) samples.
+    transformers' `XcodecModel` does the work; ours adds the Higgs VQ levels, the resample without torchaudio and a
+    float32 pin (the decoder's transposed convolutions are unstable in half precision): a cast of the model that holds
+    it (`model.to(torch.bfloat16)`, `half()`) leaves its weights float32, bit for bit, and moves them to its device.
+    `encode` maps `N >= hop_length` samples to `floor((ceil(2 * N / 3) + 560) / 640)` frames for the real strides (the
+    processor counts them without a codec, `_get_encoded_length`), `decode` `T` frames to `T * 960` samples; its
+    callers (the model's `encode_reference` / `encode_target`, `decode_audio`, the streamer) check what they hand it.
 
     Example:
 
     ```python
     >>> import torch
     >>> from higgs_v3.codec_higgs_v3 import HiggsAudioV3Codec
-    >>> from higgs_v3.testing.tiny import tiny_codec_config  # a tiny test config; REAL_CODEC_CONFIG is the real one
+    >>> from higgs_v3.testing.tiny import tiny_codec_config  # a tiny test config
     >>> codec = HiggsAudioV3Codec.from_codec_config(tiny_codec_config()).eval()
     >>> codes = codec.encode(torch.randn(1, 1, 24000))
     >>> codes.shape
@@ -233,39 +183,30 @@ class HiggsAudioV3Codec(XcodecModel):
 
     @classmethod
     def from_codec_config(cls, codec_config: dict) -> HiggsAudioV3Codec:
-        """Build the codec (random weights, fp32) from a `HiggsAudioV2TokenizerConfig` dict, e.g. `REAL_CODEC_CONFIG`.
+        """Build the codec (random weights, float32, frozen: a fixed tokenizer no optimizer may see) from a complete
+        `HiggsAudioV2TokenizerConfig` dict (`HiggsAudioV3Config` checks the model's; the converter carries the real
+        one, `conversion.original_format.REAL_CODEC_CONFIG`). Also under a bf16 default dtype (as inside
+        `from_pretrained(..., dtype=torch.bfloat16)`) it is float32, and the weight loader keeps the dtype of the
+        parameters it fills."""
+        return cls(build_codec_config(codec_config)).float().requires_grad_(False)
 
-        Also under a bf16 default dtype (as inside `from_pretrained(..., dtype=torch.bfloat16)`) the codec is created
-        in fp32, and the weight loader keeps the dtype of the parameters it fills.
-        """
-        return cls(build_codec_config(codec_config)).float()
+    def _apply(self, fn, recurse: bool = True):
+        # *** Higgs v3 specific: the float32 pin. Every floating tensor stays (or becomes) float32 whatever dtype a
+        # cast asks for; a move to a device is taken. The cast result is discarded, so weights are never rounded. ***
+        def float32(tensor: torch.Tensor) -> torch.Tensor:
+            applied = fn(tensor)
+            if tensor.is_floating_point() and applied.dtype != tensor.dtype:
+                return tensor.to(device=applied.device, dtype=torch.float32)
+            return applied
 
-    # ------------------------------------------------------------------ sizes
-    @property
-    def sampling_rate(self) -> int:
-        """Sample rate of the audio `encode` reads and `decode` writes, in Hz (24000)."""
-        return self.config.sample_rate
-
-    @property
-    def hop_length(self) -> int:
-        """Samples per codec frame (960)."""
-        return self.config.hop_length
-
-    @property
-    def num_quantizers(self) -> int:
-        """Codebooks per frame (8 for the real config)."""
-        return self.config.num_quantizers
-
-    def num_frames(self, num_samples: int) -> int:
-        """Frames `encode` returns for `num_samples` samples: `codec_num_frames(num_samples, self.config)`."""
-        return codec_num_frames(num_samples, self.config)
+        return super()._apply(float32, recurse)
+        # *** end Higgs v3 specific ***
 
     # ------------------------------------------------------------------ encode / decode
     def _extract_semantic_features(self, input_values: torch.Tensor) -> torch.Tensor:
         """HuBERT features at the codec frame rate: `[B, 1, N]` at 24 kHz -> `[B, T, semantic_hidden]`."""
         # *** Higgs Audio v3 specific *** `resample_audio` (torchaudio's algorithm) instead of torchaudio itself; the rest
-        # as transformers'
-        # `HiggsAudioV2TokenizerModel._extract_semantic_features`.
+        # as transformers' `HiggsAudioV2TokenizerModel._extract_semantic_features`.
         input_values = resample_audio(input_values, self.config.sample_rate, self.config.semantic_sample_rate)
         # *** end Higgs Audio v3 specific ***
         input_values = input_values[:, 0, :]  # [B, M] at 16 kHz
@@ -280,47 +221,16 @@ class HiggsAudioV3Codec(XcodecModel):
     def encode(
         self, input_values: torch.Tensor, bandwidth: float | None = None, return_dict: bool | None = False
     ) -> torch.LongTensor | XcodecEncoderOutput:
-        """Audio `[B, 1, N]` at 24 kHz -> codes `[B, num_quantizers, T]`, `T = num_frames(N)`, each in 0..1023.
-
-        The audio is cast to the codec's dtype. `bandwidth` (one of `config.target_bandwidths`, default the highest)
-        and `return_dict` are those of `XcodecModel.encode`.
-        """
-        if input_values.dim() != 3 or input_values.shape[1] != 1:
-            raise ValueError(
-                f"input_values must be mono audio of shape [batch, 1, samples] at {self.sampling_rate} Hz, got shape "
-                f"{tuple(input_values.shape)}."
-            )
-        if not input_values.is_floating_point():
-            raise ValueError(f"input_values must be floating point audio, got dtype {input_values.dtype}.")
-        if input_values.shape[-1] < self.hop_length:
-            raise ValueError(
-                f"input_values has {input_values.shape[-1]} samples; the codec needs at least hop_length="
-                f"{self.hop_length} samples (one frame): pad shorter clips with zeros."
-            )
-        input_values = input_values.to(self.fc.weight.dtype)
-        return super().encode(input_values, bandwidth=bandwidth, return_dict=return_dict)
+        """Mono float audio `[B, 1, N]` at 24 kHz, `N >= hop_length` -> codes `[B, num_quantizers, T]`, each in
+        0..1023. The audio is cast to the codec's dtype; `bandwidth` (one of
+        `config.target_bandwidths`, default the highest) and `return_dict` are those of `XcodecModel.encode`."""
+        return super().encode(input_values.to(self.fc.weight.dtype), bandwidth=bandwidth, return_dict=return_dict)
 
     def decode(
         self, audio_codes: torch.LongTensor, return_dict: bool | None = False
     ) -> torch.Tensor | XcodecDecoderOutput:
-        """Codes `[B, Q, T]` (`Q <= num_quantizers`, each in 0..codebook_size - 1) -> audio `[B, 1, T * hop_length]`.
-
-        `return_dict` is that of `XcodecModel.decode`.
-        """
-        if audio_codes.dim() != 3 or not 1 <= audio_codes.shape[1] <= self.num_quantizers:
-            raise ValueError(
-                "audio_codes must have shape [batch, codebooks, frames] with at most "
-                f"{self.num_quantizers} codebooks, got shape {tuple(audio_codes.shape)}."
-            )
-        if audio_codes.is_floating_point() or audio_codes.is_complex() or audio_codes.dtype == torch.bool:
-            raise ValueError(f"audio_codes must hold integer codes, got dtype {audio_codes.dtype}.")
-        if audio_codes.numel():
-            low, high = (int(value) for value in audio_codes.aminmax())  # one host sync per call
-            if low < 0 or high >= self.config.codebook_size:
-                raise ValueError(
-                    f"audio_codes must lie in 0..{self.config.codebook_size - 1}, got values in {low}..{high} "
-                    "(BOC/EOC codes of the delay pattern must be removed before decoding)."
-                )
+        """Integer codes `[B, Q, T]` (`Q <= num_quantizers`, each in 0..codebook_size - 1) -> audio
+        `[B, 1, T * hop_length]`. `return_dict` is that of `XcodecModel.decode`."""
         return super().decode(audio_codes.long(), return_dict=return_dict)
 
     # ------------------------------------------------------------------ frames <-> waveforms (the model's one path)
@@ -352,70 +262,93 @@ class HiggsAudioV3Codec(XcodecModel):
 
     @torch.no_grad()
     def encode_waveform(self, waveform: torch.FloatTensor) -> torch.LongTensor:
-        """One mono waveform `[samples]` at `sampling_rate` -> its raw codes `[num_frames(samples), num_quantizers]`
-        (frame-major, on the CPU), the layout of a voice and of `apply_delay_pattern`."""
-        if waveform.dim() != 1:
-            raise ValueError(f"encode_waveform takes one mono waveform [samples], got shape {tuple(waveform.shape)}.")
+        """One mono waveform `[samples]` at the codec's rate -> its raw codes `[frames, num_quantizers]` (frame-major, on
+        the CPU), the layout of a voice and of `apply_delay_pattern`."""
         codes = self.encode(waveform.to(self.fc.weight.device)[None, None])  # [1, Q, T]
         return codes[0].T.to("cpu")  # [T, Q]
 
 
-# Keys a codec config must carry: their transformers defaults differ from the real codec (e.g. `target_bandwidths`
-# would give 16 quantizers instead of 8, the default DAC ratios a hop of 320 instead of 960).
-REQUIRED_CODEC_CONFIG_KEYS: tuple[str, ...] = (
-    "acoustic_model_config",
-    "semantic_model_config",
-    "target_bandwidths",
-    "sample_rate",
-    "semantic_sample_rate",
-    "codebook_size",
-    "codebook_dim",
-    "downsample_factor",
-)
-REQUIRED_ACOUSTIC_CONFIG_KEYS: tuple[str, ...] = ("downsampling_ratios", "upsampling_ratios", "hidden_size")
-
-
 def build_codec_config(codec_config: dict) -> HiggsAudioV2TokenizerConfig:
-    """A `HiggsAudioV2TokenizerConfig` from a dict, always from the dict's own values (never the class defaults).
+    """A `HiggsAudioV2TokenizerConfig` from a complete dict (`HiggsAudioV3Config` checks the model's), always from the
+    dict's own values, never the class defaults (which differ from the real codec: 16 quantizers, a hop of 320).
 
     Works on transformers 5.5 (`sub_configs` + `CONFIG_MAPPING`) and 5.24 (`sub_configs_defaults`): both build the
     sub-configs from dicts that carry a `model_type`. The dict is deep-copied (5.5 writes into the sub-config dicts).
     """
-    if not isinstance(codec_config, dict):
-        raise TypeError(f"codec_config must be a dict, got {type(codec_config).__name__}.")
-    missing = [key for key in REQUIRED_CODEC_CONFIG_KEYS if key not in codec_config]
-    if missing:
-        raise ValueError(
-            f"codec_config lacks {missing}: the codec is always built from a complete config (the transformers "
-            "defaults differ from the real codec), e.g. `REAL_CODEC_CONFIG`."
-        )
     config_dict = copy.deepcopy(codec_config)
-    for key, model_type in (("acoustic_model_config", "dac"), ("semantic_model_config", "hubert")):
-        sub = config_dict[key]
-        if not isinstance(sub, dict):
-            raise ValueError(f"codec_config[{key!r}] must be a dict (a {model_type} config), got {sub!r}.")
-        if sub.setdefault("model_type", model_type) != model_type:
-            raise ValueError(
-                f"codec_config[{key!r}] must be a {model_type!r} config, got model_type={sub['model_type']!r}."
-            )
-    missing = [key for key in REQUIRED_ACOUSTIC_CONFIG_KEYS if key not in config_dict["acoustic_model_config"]]
-    if missing:
-        raise ValueError(
-            f"codec_config['acoustic_model_config'] lacks {missing} (their DAC defaults differ from the codec's)."
-        )
+    config_dict["acoustic_model_config"].setdefault("model_type", "dac")
+    config_dict["semantic_model_config"].setdefault("model_type", "hubert")
     return HiggsAudioV2TokenizerConfig(**config_dict)
 
 
+# *** Higgs v3 specific: the codec as one unit of a device map. It runs outside the model's `forward`, on the device
+# of its own entry. accelerate treats a "cpu" or "disk" entry next to an accelerator as *offloaded* (meta weights,
+# copied to the accelerator by hooks around each `forward`), but the point of the codec's own entry is to run it
+# there: so its hooks are removed and its weights put back on the device of its entry (a "disk" entry: the CPU). ***
+def codec_device_map(device_map, top_level_modules: tuple[str, ...]):
+    """`from_pretrained`'s `device_map` with the codec as one unit: a dict that splits it is refused, and
+    `{"": "cuda:0", "codec": "cpu"}` -> `{"model": "cuda:0", ..., "codec": "cpu"}`, the root entry given to each of
+    `top_level_modules` without an entry (accelerate would place the codec on the root's device first, which fails
+    when it is offloaded to the disk). Other maps (strings, deeper entries like `"model.layers.3"`) come back as given.
+    """
+    if not isinstance(device_map, dict):
+        return device_map
+    parts = sorted(key for key in device_map if key.startswith("codec."))
+    if parts:
+        raise ValueError(
+            f"The device map splits the codec over several entries ({parts}); the codec is one unit: give it one "
+            'entry, e.g. device_map={"": "cuda:0", "codec": "cpu"}.'
+        )
+    others = {key: value for key, value in device_map.items() if key}
+    if "" not in device_map or not others or any("." in key for key in others):
+        return device_map
+    return {**{name: device_map[""] for name in top_level_modules if name not in others}, **others}
+
+
+def place_codec(model) -> None:
+    """Make `model.codec` run on the device its `model.hf_device_map` entry names (`"cpu"` and `"disk"`: the CPU),
+    offloaded weights loaded there, hooks removed; nothing to do without a device map. `from_pretrained` calls it, e.g.
+    for `device_map={"": "cuda:0", "codec": "cpu"}` (the codec on the CPU, the rest on the GPU)."""
+    device_map = getattr(model, "hf_device_map", None) or {}
+    owner = "codec" if "codec" in device_map else ""
+    if model.codec is None or owner not in device_map:
+        return
+    target = device_map[owner]
+    device = torch.device("cpu" if target in ("cpu", "disk") else target)
+    hooked = [(module, module._hf_hook) for module in model.codec.modules() if hasattr(module, "_hf_hook")]
+    if hooked:
+        from accelerate.hooks import remove_hook_from_module
+        from accelerate.utils import set_module_tensor_to_device
+
+        remove_hook_from_module(model.codec, recurse=True)  # "cpu" offload: the weights come back to the CPU
+        for module, hook in hooked:  # "disk" offload: still meta; read them from the offload folder
+            weights = hook.weights_map if getattr(hook, "offload", False) and hook.weights_map is not None else {}
+            for name, tensor in [*module.named_parameters(recurse=hook.place_submodules),
+                                 *module.named_buffers(recurse=hook.place_submodules)]:
+                if tensor.device.type == "meta" and name in weights:
+                    set_module_tensor_to_device(module, name, device, value=weights[name])
+    meta = [name for name, tensor in model.codec.state_dict().items() if tensor.device.type == "meta"]
+    if meta:
+        raise ValueError(
+            f"The codec has weights on the meta device ({meta[:3]}...) under device map entry {owner!r}: {target!r} "
+            "(offloaded without its weights); give the codec its own entry on a device or the CPU, e.g. "
+            'device_map={"": "cuda:0", "codec": "cpu"}.'
+        )
+    model.codec.to(device)  # buffers an offload hook had put on the accelerator, too
+    if target == "disk":
+        logger.warning_once(
+            "The device map put the codec on the disk; it runs on the CPU instead (its weights are loaded there): "
+            "it runs outside the model's forward, so it is not streamed from the disk."
+        )
+        if owner == "codec":
+            model.hf_device_map = {**device_map, "codec": "cpu"}
+
+
+# *** end Higgs v3 specific ***
+
+
 __all__ = [
-    "REQUIRED_CODEC_CONFIG_KEYS",
-    "HiggsAudioV3Codec",
-    "HiggsAudioV3ResidualVectorQuantization",
-    "HiggsAudioV3VectorQuantization",
-    "RESAMPLE_LOWPASS_FILTER_WIDTH",
-    "RESAMPLE_ROLLOFF",
-    "build_codec_config",
-    "codec_num_frames",
-    "resample_audio",
-    "resample_kernel",
-    "resampled_length",
+    "HiggsAudioV3Codec", "HiggsAudioV3ResidualVectorQuantization", "HiggsAudioV3VectorQuantization",
+    "RESAMPLE_LOWPASS_FILTER_WIDTH", "RESAMPLE_ROLLOFF", "build_codec_config", "codec_device_map", "place_codec",
+    "resample_audio", "resample_kernel", "resampled_length",
 ]

@@ -2,18 +2,17 @@
 """The few names that differ across the supported transformers releases (5.5 .. 5.24), detected once at import.
 
 transformers 5.5 calls the KV cache `past_key_values` everywhere (forward kwargs, model outputs, generation kwargs);
-later 5.x releases call it `cache` and keep `past_key_values` as a deprecated alias. We read and write whichever
-name the installed release uses, so no deprecation warning fires and no private helper is imported.
+later 5.x releases call it `cache` and keep `past_key_values` as a deprecated alias. Our `forward` passes whichever
+name the stock loop used on to the backbone and writes its output under the installed release's name, so no
+deprecation warning fires and no private helper is imported.
 
 Tensor parallelism moved too: 5.24 loads with `from_pretrained(..., distributed_config=DistributedConfig(tp_size=N))`
 (`tp_plan=` is deprecated there) and knows a `"replicate"` plan style; 5.5 loads with `tp_plan="auto"` and has no
 such style (a module outside the plan is replicated there, which is the same thing).
 
 Pipelines' length default: transformers 5.5's `pipeline("text-to-speech")` passes its own default generation config
-(`TextToAudioPipeline._default_generation_config`, `max_new_tokens=256`) to `model._prepare_generation_config` as if a
-user had set it, so it replaced the repo's `max_new_tokens` (which its docstring ranks above the pipeline default; later
-releases apply the pipeline defaults only where neither the user nor the model set a value).
-`prepare_generation_config` ranks such a pipeline default below the model's generation config, on every release.
+(`max_new_tokens=256`) as if a user had set it, replacing the repo's `max_new_tokens` (later releases rank it below
+the model's); `prepare_generation_config` ranks it below the model's generation config on every release.
 """
 
 from __future__ import annotations
@@ -27,19 +26,6 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 
 CACHE_KWARG: str = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
 """Name of the KV cache in forward kwargs, model outputs and generation kwargs for the installed transformers."""
-
-CACHE_KWARGS: tuple[str, ...] = ("cache", "past_key_values")
-
-
-def pop_cache(kwargs: dict):
-    """Remove the cache from `kwargs` under either name and return it (or `None`)."""
-    found = None
-    for name in CACHE_KWARGS:
-        value = kwargs.pop(name, None)
-        if value is not None:
-            found = value
-    return found
-
 
 def _parallel_styles() -> set[str]:
     try:  # transformers >= 5.x with `transformers.distributed.tensor_parallel` (5.24); absent on 5.5
@@ -75,13 +61,11 @@ def tensor_parallel_kwargs(tp_size: int | None = None) -> dict:
 
 
 PIPELINE_MODULES: tuple[tuple[str, str], ...] = (("transformers.pipelines.text_to_audio", "TextToAudioPipeline"),)
-"""(module, class) of the pipelines whose `_default_generation_config` `prepare_generation_config` ranks below the
-model's generation config."""
+"""(module, class) of the pipelines whose `_default_generation_config` ranks below the model's generation config."""
 
 
 def _is_pipeline_default(generation_config: GenerationConfig | None) -> bool:
-    """Whether `generation_config` is a pipeline class's own default object (only the pipeline itself passes that one:
-    transformers 5.5's `Pipeline.__init__` hands `self._default_generation_config` to `_prepare_generation_config`)."""
+    """Whether `generation_config` is a pipeline class's own default object (only the pipeline itself passes it)."""
     if generation_config is None:
         return False
     for module_name, class_name in PIPELINE_MODULES:
@@ -94,11 +78,8 @@ def _is_pipeline_default(generation_config: GenerationConfig | None) -> bool:
 def prepare_generation_config(
     model, generation_config: GenerationConfig | None, **kwargs
 ) -> tuple[GenerationConfig, dict]:
-    """`GenerationMixin._prepare_generation_config` (user kwargs > `generation_config` > the model's generation config
-    > global defaults), except that a pipeline's own default config (see `_is_pipeline_default`) ranks below the
-    model's generation config: its values fill only what the model's config leaves unset, so a converted repo's
-    `max_new_tokens` holds in `pipeline("text-to-speech")` on transformers 5.5 as on later releases. Any other
-    `generation_config` (a user's) keeps its priority. Returns `(generation_config, model_kwargs)` as the original."""
+    """`GenerationMixin._prepare_generation_config`, except that a pipeline's own default config ranks below the
+    model's generation config (it fills only what the model's leaves unset); a user's keeps its priority."""
     if _is_pipeline_default(generation_config):
         merged = copy.deepcopy(model.generation_config)
         for key, value in generation_config.to_diff_dict().items():
@@ -108,13 +89,5 @@ def prepare_generation_config(
     return GenerationMixin._prepare_generation_config(model, generation_config, **kwargs)
 
 
-__all__ = [
-    "CACHE_KWARG",
-    "CACHE_KWARGS",
-    "PIPELINE_MODULES",
-    "REPLICATE_STYLE",
-    "pop_cache",
-    "prepare_generation_config",
-    "replicated",
-    "tensor_parallel_kwargs",
-]
+__all__ = ["CACHE_KWARG", "PIPELINE_MODULES", "REPLICATE_STYLE", "prepare_generation_config", "replicated",
+           "tensor_parallel_kwargs"]

@@ -3,90 +3,14 @@
 
 from __future__ import annotations
 
+import math
+
 from transformers import Qwen3Config
 
 from .delay_higgs_v3 import HiggsAudioV3AudioSpec
 
 
-# The real codec configuration (Higgs Audio v2 tokenizer, 8 quantizers, hop 960). The original checkpoint does not
-# ship it, so the converter and `HiggsAudioV3Config.default_codec_config()` carry it.
-REAL_CODEC_CONFIG: dict = {
-    "acoustic_model_config": {
-        "codebook_dim": 8,
-        "codebook_loss_weight": 1.0,
-        "codebook_size": 1024,
-        "commitment_loss_weight": 0.25,
-        "decoder_hidden_size": 1024,
-        "downsampling_ratios": [8, 5, 4, 2, 3],
-        "encoder_hidden_size": 64,
-        "hidden_size": 256,
-        "hop_length": 960,
-        "model_type": "dac",
-        "n_codebooks": 9,
-        "quantizer_dropout": 0,
-        "sampling_rate": 16000,
-        "upsampling_ratios": [8, 5, 4, 2, 3],
-    },
-    "block_dilations": [1, 1],
-    "channel_ratios": [1, 1],
-    "codebook_dim": 64,
-    "codebook_size": 1024,
-    "downsample_factor": 320,
-    "initializer_range": 0.02,
-    "kernel_size": 3,
-    "model_type": "higgs_audio_v2_tokenizer",
-    "sample_rate": 24000,
-    "semantic_model_config": {
-        "activation_dropout": 0.1,
-        "apply_spec_augment": True,
-        "attention_dropout": 0.1,
-        "bos_token_id": 1,
-        "classifier_proj_size": 256,
-        "conv_bias": False,
-        "conv_dim": [512, 512, 512, 512, 512, 512, 512],
-        "conv_kernel": [10, 3, 3, 3, 3, 2, 2],
-        "conv_pos_batch_norm": False,
-        "conv_stride": [5, 2, 2, 2, 2, 2, 2],
-        "ctc_loss_reduction": "sum",
-        "ctc_zero_infinity": False,
-        "do_stable_layer_norm": False,
-        "eos_token_id": 2,
-        "feat_extract_activation": "gelu",
-        "feat_extract_norm": "group",
-        "feat_proj_dropout": 0.0,
-        "feat_proj_layer_norm": True,
-        "final_dropout": 0.1,
-        "hidden_act": "gelu",
-        "hidden_dropout": 0.1,
-        "hidden_size": 768,
-        "initializer_range": 0.02,
-        "intermediate_size": 3072,
-        "layer_norm_eps": 1e-05,
-        "layerdrop": 0.1,
-        "mask_feature_length": 10,
-        "mask_feature_min_masks": 0,
-        "mask_feature_prob": 0.0,
-        "mask_time_length": 10,
-        "mask_time_min_masks": 2,
-        "mask_time_prob": 0.0,
-        "model_type": "hubert",
-        "num_attention_heads": 12,
-        "num_conv_pos_embedding_groups": 16,
-        "num_conv_pos_embeddings": 128,
-        "num_feat_extract_layers": 7,
-        "num_hidden_layers": 12,
-        "pad_token_id": 0,
-        "use_weighted_layer_sum": False,
-        "vocab_size": 32,
-    },
-    "semantic_sample_rate": 16000,
-    "strides": [1, 1],
-    "target_bandwidths": [0.5, 1, 1.5, 2],
-    "unit_kernel_size": 3,
-}
-
-
-# `register_for_auto_class` keeps one class per object, so the whole map is written explicitly: `pipeline(
+# The model class declares one auto class (`_auto_class`), so the whole map is written explicitly: `pipeline(
 # "text-to-speech")` needs `AutoModelForTextToWaveform`, notebooks use `AutoModel`, the processor has its own file.
 # Only the classes that fit: the model makes waveforms, not spectrograms (a model loaded as a
 # `AutoModelForTextToSpectrogram` makes the text-to-speech pipeline fetch an unrelated vocoder).
@@ -121,8 +45,9 @@ class HiggsAudioV3Config(Qwen3Config):
         ref_text_token_id (`int`, defaults to 151680): id of `<|ref_text|>`, which opens the reference transcript.
         sampling_rate (`int`, defaults to 24000): sample rate of the audio the codec reads and writes, in Hz.
         frame_rate (`int`, defaults to 25): codec frames per second; `sampling_rate / frame_rate` samples a frame.
-        codec_config (`dict`, *optional*): configuration of the bundled codec (a `HiggsAudioV2TokenizerConfig` as a
-            dict). `None` builds the model without a codec (codes only, no waveforms).
+        codec_config (`dict`, *optional*): configuration of the bundled codec (a complete `HiggsAudioV2TokenizerConfig`
+            as a dict, e.g. the converter's `REAL_CODEC_CONFIG`). `None` builds the model without a codec (codes only,
+            no waveforms).
 
     Example:
 
@@ -136,6 +61,7 @@ class HiggsAudioV3Config(Qwen3Config):
     """
 
     model_type = "higgs_audio_v3"
+    _auto_class = "AutoConfig"  # `save_pretrained` copies this file and its relative imports beside `config.json`
 
     # Qwen3-4B backbone defaults.
     vocab_size: int = 151936
@@ -184,9 +110,8 @@ class HiggsAudioV3Config(Qwen3Config):
 
     @classmethod
     def get_config_dict(cls, pretrained_model_name_or_path, **kwargs) -> tuple[dict, dict]:
-        """`PreTrainedConfig.get_config_dict` (what `from_pretrained` reads), refusing a config of another `model_type`:
-        transformers only logs a warning and builds a Higgs Audio v3 config from the other model's fields. A
-        `ValueError` naming the source and its `model_type`; a config without `model_type` is read as before."""
+        """`PreTrainedConfig.get_config_dict`, refusing a config of another `model_type` (transformers only warns and
+        builds a Higgs Audio v3 config from the other model's fields); a config without `model_type` is read."""
         config_dict, kwargs = super().get_config_dict(pretrained_model_name_or_path, **kwargs)
         found = config_dict.get("model_type")
         if found is not None and found != cls.model_type:
@@ -209,82 +134,108 @@ class HiggsAudioV3Config(Qwen3Config):
         """Rows of the fused audio embedding and of the audio head: `num_codebooks * codebook_size`."""
         return self.num_codebooks * self.codebook_size
 
-    @staticmethod
-    def default_codec_config() -> dict:
-        """The real codec configuration (8 quantizers, hop 960); a fresh copy."""
-        import copy
-
-        return copy.deepcopy(REAL_CODEC_CONFIG)
-
     # ------------------------------------------------------------------ validation
     def validate_audio_fields(self) -> None:
-        """Raise a `ValueError` naming the values when audio fields do not agree with each other."""
-        spec = self.audio_spec  # validates codebooks, BOC / EOC and the rates
-        if self.codebook_size < 3:
-            raise ValueError(f"codebook_size must be at least 3 (codes, BOC, EOC), got {self.codebook_size}.")
-        for name in ("audio_boc_token_id", "audio_eoc_token_id"):
-            value = getattr(self, name)
-            if not 0 <= value < self.codebook_size:
-                raise ValueError(f"{name}={value} must lie in 0..{self.codebook_size - 1} (codebook_size={self.codebook_size}).")
-        if min(self.audio_boc_token_id, self.audio_eoc_token_id) != self.codebook_size - 2:
-            raise ValueError(
-                f"BOC and EOC must be the last two entries of each codebook: audio_boc_token_id={self.audio_boc_token_id}, "
-                f"audio_eoc_token_id={self.audio_eoc_token_id}, codebook_size={self.codebook_size} "
-                f"(expected {self.codebook_size - 2} and {self.codebook_size - 1})."
+        """One `ValueError` naming every audio field, and every key of `codec_config`, that does not fit the others
+        (each problem a sentence of its own); nothing when they agree."""
+        problems = HiggsAudioV3AudioSpec.problems(self)  # codebooks, BOC / EOC and the rates
+        size, boc, eoc = self.codebook_size, self.audio_boc_token_id, self.audio_eoc_token_id
+        if size < 3:
+            problems.append(f"codebook_size must be at least 3 (codes, BOC, EOC), got {size}.")
+        problems += [f"{name}={value} must lie in 0..{size - 1} (codebook_size={size})."
+                     for name, value in (("audio_boc_token_id", boc), ("audio_eoc_token_id", eoc))
+                     if not 0 <= value < size]
+        if min(boc, eoc) != size - 2:
+            problems.append(
+                f"BOC and EOC must be the last two entries of each codebook: audio_boc_token_id={boc}, "
+                f"audio_eoc_token_id={eoc}, codebook_size={size} (expected {size - 2} and {size - 1})."
             )
-        for name in (
-            "tts_token_id",
-            "audio_start_token_id",
-            "audio_end_token_id",
-            "text_token_id",
-            "ref_audio_token_id",
-            "ref_text_token_id",
-        ):
-            value = getattr(self, name)
-            if not 0 <= value < self.vocab_size:
-                raise ValueError(f"{name}={value} must be a token id in 0..{self.vocab_size - 1} (vocab_size={self.vocab_size}).")
-        if 0 <= self.audio_placeholder_id < self.vocab_size and self.audio_placeholder_id in (
-            self.tts_token_id,
-            self.audio_start_token_id,
-            self.text_token_id,
-            self.ref_audio_token_id,
-            self.ref_text_token_id,
-        ):
-            raise ValueError(f"audio_placeholder_id={self.audio_placeholder_id} collides with a prompt special token id.")
+        specials = {name: getattr(self, name) for name in PROMPT_TOKEN_FIELDS}
+        problems += [f"{name}={value} must be a token id in 0..{self.vocab_size - 1} (vocab_size={self.vocab_size})."
+                     for name, value in specials.items() if not 0 <= value < self.vocab_size]
+        if self.audio_placeholder_id in [value for name, value in specials.items() if name != "audio_end_token_id"]:
+            problems.append(f"audio_placeholder_id={self.audio_placeholder_id} collides with a prompt special token "
+                            "id.")
         if self.codec_config is not None:
-            self._validate_codec_config(self.codec_config, spec)
+            problems += self._codec_config_problems(self.codec_config)
+        if problems:
+            raise ValueError(" ".join(problems))
 
-    def _validate_codec_config(self, codec: dict, spec: HiggsAudioV3AudioSpec) -> None:
-        sample_rate = codec.get("sample_rate", self.sampling_rate)
+    def _codec_config_problems(self, codec) -> list[str]:
+        """`codec_config_problems`, then the values that disagree with the audio fields (rate, codes, hop,
+        quantizers)."""
+        problems = codec_config_problems(codec)
+        if problems:
+            return problems
+        acoustic = codec["acoustic_model_config"]
+        ratios = acoustic["downsampling_ratios"]
+        sample_rate, codes, hop = codec["sample_rate"], codec["codebook_size"], math.prod(ratios)
         if sample_rate != self.sampling_rate:
-            raise ValueError(f"codec_config sample_rate={sample_rate} differs from sampling_rate={self.sampling_rate}.")
-        codes = codec.get("codebook_size", self.audio_boc_token_id)
+            problems.append(f"codec_config sample_rate={sample_rate} differs from sampling_rate={self.sampling_rate}.")
         if codes != self.audio_boc_token_id:
-            raise ValueError(
+            problems.append(
                 f"codec_config codebook_size={codes} must equal audio_boc_token_id={self.audio_boc_token_id} "
                 "(the codec's codes are 0..audio_boc_token_id - 1)."
             )
-        acoustic = codec.get("acoustic_model_config") or {}
-        ratios = acoustic.get("downsampling_ratios")
-        if ratios:
-            hop = 1
-            for r in ratios:
-                hop *= r
-            if hop != spec.samples_per_frame:
-                raise ValueError(
-                    f"codec_config hop length {hop} (product of downsampling_ratios {list(ratios)}) differs from "
-                    f"sampling_rate / frame_rate = {spec.samples_per_frame}."
-                )
-            bandwidths = codec.get("target_bandwidths")
-            codebook_bits = max(1, (codes - 1).bit_length())
-            if bandwidths:
-                frame_rate = -(-sample_rate // hop)
-                quantizers = int(1000 * bandwidths[-1] // (frame_rate * codebook_bits))
-                if quantizers != self.num_codebooks:
-                    raise ValueError(
-                        f"codec_config gives {quantizers} quantizers (target_bandwidths {list(bandwidths)} at "
-                        f"{frame_rate} frames/s) but num_codebooks={self.num_codebooks}."
-                    )
+        if self.frame_rate > 0 and hop != self.sampling_rate // self.frame_rate:
+            problems.append(
+                f"codec_config hop length {hop} (product of downsampling_ratios {list(ratios)}) "
+                f"differs from sampling_rate / frame_rate = {self.sampling_rate // self.frame_rate}."
+            )
+        frame_rate, bandwidths = -(-sample_rate // hop), codec["target_bandwidths"]
+        quantizers = int(1000 * bandwidths[-1] // (frame_rate * max(1, (codes - 1).bit_length()))) if bandwidths else 0
+        if quantizers != self.num_codebooks:
+            problems.append(
+                f"codec_config gives {quantizers} quantizers (target_bandwidths {list(codec['target_bandwidths'])} at "
+                f"{frame_rate} frames/s) but num_codebooks={self.num_codebooks}."
+            )
+        return problems
 
 
-__all__ = ["AUTO_MAP", "HiggsAudioV3Config", "REAL_CODEC_CONFIG"]
+def codec_config_problems(codec) -> list[str]:
+    """What keeps `codec` from being a complete `HiggsAudioV2TokenizerConfig` dict, one sentence each: keys whose
+    transformers defaults differ from the real codec's (a missing `target_bandwidths` would give 16 quantizers, missing
+    DAC ratios a hop of 320) and sub-configs of another kind. `check_codec_config` raises them."""
+    if not isinstance(codec, dict):
+        return [f"codec_config must be a dict, got {type(codec).__name__}."]
+    missing = [key for key in CODEC_CONFIG_KEYS if key not in codec]
+    if missing:
+        return [f"codec_config lacks {missing}: the codec is always built from a complete config (the transformers "
+                "defaults differ from the real codec), e.g. the converter's `REAL_CODEC_CONFIG`."]
+    problems = []
+    for key, model_type in (("acoustic_model_config", "dac"), ("semantic_model_config", "hubert")):
+        sub = codec[key]
+        if not isinstance(sub, dict) or sub.get("model_type", model_type) != model_type:
+            found = f"model_type={sub.get('model_type')!r}" if isinstance(sub, dict) else repr(sub)
+            problems.append(f"codec_config[{key!r}] must be a {model_type!r} config, got {found}.")
+    missing = [key for key in ACOUSTIC_CONFIG_KEYS if not problems and key not in codec["acoustic_model_config"]]
+    if missing:
+        problems.append(f"codec_config['acoustic_model_config'] lacks {missing} (their DAC defaults differ from the "
+                        "codec's).")
+    return problems
+
+
+def check_codec_config(codec) -> dict:
+    """`codec` if `codec_config_problems` finds nothing wrong with it, else their `ValueError` (for the converter,
+    which takes a codec config before it builds the model's config)."""
+    problems = codec_config_problems(codec)
+    if problems:
+        raise ValueError(" ".join(problems))
+    return codec
+
+
+PROMPT_TOKEN_FIELDS: tuple[str, ...] = (
+    "tts_token_id", "audio_start_token_id", "audio_end_token_id", "text_token_id", "ref_audio_token_id",
+    "ref_text_token_id",
+)
+"""The config fields that hold the ids of the prompt's special tokens."""
+CODEC_CONFIG_KEYS: tuple[str, ...] = (
+    "acoustic_model_config", "semantic_model_config", "target_bandwidths", "sample_rate", "semantic_sample_rate",
+    "codebook_size", "codebook_dim", "downsample_factor",
+)
+"""Keys a codec config must carry: their transformers defaults differ from the real codec's."""
+ACOUSTIC_CONFIG_KEYS: tuple[str, ...] = ("downsampling_ratios", "upsampling_ratios", "hidden_size")
+"""Keys its acoustic (DAC) sub-config must carry, for the same reason."""
+
+
+__all__ = ["AUTO_MAP", "HiggsAudioV3Config", "check_codec_config", "codec_config_problems"]

@@ -67,7 +67,7 @@ from pathlib import Path
 import torch
 from transformers.utils import logging
 
-from .configuration_higgs_v3 import REAL_CODEC_CONFIG, HiggsAudioV3Config
+from .configuration_higgs_v3 import HiggsAudioV3Config, check_codec_config
 from .conversion.repo import (
     AS_HEAD,
     PlannedTensor,
@@ -86,6 +86,7 @@ from .conversion.original_format import (
     HEADS,
     ORIGINAL_CODEC_CONFIG_FILE,
     ORIGINAL_REPO_ID,
+    REAL_CODEC_CONFIG,
     TEXT_CONFIG_FIELDS,
     TEXT_CONFIG_IGNORED,
     TOP_LEVEL_KNOWN,
@@ -162,7 +163,7 @@ def _codec_candidate(source: OriginalCheckpoint, codec_config: dict | None) -> t
         return "the given codec config (--codec-config / codec_config=)", codec_config
     if source.codec_config is not None:
         return f"{ORIGINAL_CODEC_CONFIG_FILE} in the input folder", source.codec_config
-    return "the real codec config (configuration_higgs_v3.REAL_CODEC_CONFIG)", REAL_CODEC_CONFIG
+    return "the real codec config (conversion.original_format.REAL_CODEC_CONFIG)", REAL_CODEC_CONFIG
 
 
 def _choose_codec(
@@ -186,7 +187,7 @@ def _choose_codec(
         )
     label, candidate = _codec_candidate(source, codec_config)
     try:
-        expected = codec_tensor_shapes(candidate)
+        expected = codec_tensor_shapes(check_codec_config(candidate))
     except (ValueError, TypeError, KeyError) as error:
         raise ConversionError(f"{label[0].upper()}{label[1:]} is not a valid codec config: {error}") from error
     found = {mapped[name].removeprefix("codec."): source.tensors[name].shape for name in codec_keys}

@@ -20,10 +20,9 @@ Reverting reads the diagonal back: `R[t, c] = D[t + c, c]` for `t` in `0 .. rows
 
 Generation ends the same way (spec §6): codebook 0 is not checked during the delay window (rows `0 .. C - 1`); its first
 EOC at a row `r >= C` ends speech with `T = r` frames, and `C - 2` more rows follow, so `r + C - 1` rows in all (rows 4
-and 5 above, with `r = 4`). `speech_end_row` / `speech_rows` / `speech_finished` are that rule: `generate`'s lengths and
-flags, the decoding of rows to audio and the streamers call them (the stopping criterion applies the same rule one
-column per step, without keeping any state beyond a flag). `rows_to_codes` is the one way from generated rows to the
-codes the codec decodes, and `HiggsAudioV3AudioSpec` holds the audio constants with the rows / frames / seconds
+and 5 above, with `r = 4`). `speech_end_row` / `speech_rows` / `speech_finished` are that rule (for `generate`, the
+decoding of rows to audio and the streamers), `rows_to_codes` the one way from generated rows to codec codes,
+`check_codes` the codes rule, and `HiggsAudioV3AudioSpec` the audio constants with the rows / frames / seconds
 arithmetic, so that no other module writes `num_codebooks - 1` itself.
 """
 
@@ -36,37 +35,47 @@ import numpy as np
 import torch
 
 
-def check_codes(codes, num_codebooks: int, num_codes: int, where: str, min_frames: int = 1) -> torch.LongTensor:
-    """`codes` as a `LongTensor` on its device if they are integer codes of shape `[..., frames, num_codebooks]`, at
-    least `min_frames` frames, each in `0 .. num_codes - 1`; else one `ValueError` naming `where` and what is wrong.
-
-    The one home of the codes rule: raw codec codes (`num_codes = audio_boc_token_id`: voices, `reference_codes`,
-    training targets) and delayed rows (`num_codes = codebook_size`: `decode_audio`). Reads the range on the host once.
-    """
+def codes_problem(
+    codes, num_codebooks: int, num_codes: int, where: str, min_frames: int = 1, batched: bool = False
+) -> str | None:
+    """None if `codes` are integer codes `[..., frames, num_codebooks]` (`batched`: exactly `[batch, frames,
+    num_codebooks]`), at least `min_frames` frames, each in `0 .. num_codes - 1`; else the sentence naming `where` and
+    what is wrong (one host read of the range)."""
     if isinstance(codes, np.ndarray) and np.issubdtype(codes.dtype, np.integer):
         codes = torch.from_numpy(codes)
     integer = isinstance(codes, torch.Tensor) and not (codes.is_floating_point() or codes.is_complex())
     problem = None
     if not integer or codes.dtype == torch.bool:
         problem = type(codes).__name__ + (f" of dtype {codes.dtype}" if hasattr(codes, "dtype") else "")
-    elif codes.dim() < 2 or codes.shape[-1] != num_codebooks or codes.shape[-2] < min_frames:
+    elif (codes.dim() != 3 if batched else codes.dim() < 2) or codes.shape[-1] != num_codebooks or (
+            codes.shape[-2] < min_frames):
         problem = f"shape {tuple(codes.shape)}"
     elif codes.numel() and not torch.compiler.is_compiling():
         low, high = (int(value) for value in codes.aminmax())
         if low < 0 or high >= num_codes:
             problem = f"values from {low} to {high}"
+    return None if problem is None else (
+        f"{where[:1].upper() + where[1:]} must be integer codes [{'batch' if batched else '...'}, frames, "
+        f"{num_codebooks}] with at least {min_frames} frame{'s' if min_frames > 1 else ''}, each in "
+        f"0..{num_codes - 1}; got {problem}."
+    )
+
+
+def check_codes(
+    codes, num_codebooks: int, num_codes: int, where: str, min_frames: int = 1, batched: bool = False
+) -> torch.LongTensor:
+    """`codes` as a `LongTensor` if `codes_problem` finds nothing wrong, else its `ValueError`: THE codes rule, for raw
+    codec codes (`num_codes = audio_boc_token_id`: voices, reference codes, targets) and delayed rows (`num_codes =
+    codebook_size`: `decode_audio`, `generate`'s reference rows)."""
+    problem = codes_problem(codes, num_codebooks, num_codes, where, min_frames, batched)
     if problem is not None:
-        raise ValueError(
-            f"{where[:1].upper() + where[1:]} must be integer codes [..., frames, {num_codebooks}] with at least "
-            f"{min_frames} frame{'s' if min_frames > 1 else ''}, each in 0..{num_codes - 1}; got {problem}."
-        )
-    return codes.long()
+        raise ValueError(problem)
+    return torch.as_tensor(codes).long()
 
 
 def apply_delay_pattern(codes: torch.LongTensor, boc_id: int, eoc_id: int) -> torch.LongTensor:
-    """Delay raw codes `[..., T, C]` into `[..., T + C - 1, C]` (see the module docstring)."""
-    if codes.dim() < 2 or codes.shape[-2] == 0:
-        raise ValueError(f"codes must have shape [..., frames, codebooks] with at least one frame, got {tuple(codes.shape)}.")
+    """Delay raw codes `[..., T, C]`, `T >= 1` (see `check_codes`), into `[..., T + C - 1, C]` (see the module
+    docstring)."""
     num_frames, num_codebooks = codes.shape[-2], codes.shape[-1]
     rows = num_frames + num_codebooks - 1
     row = torch.arange(rows, device=codes.device)[:, None]  # [rows, 1]
@@ -77,11 +86,9 @@ def apply_delay_pattern(codes: torch.LongTensor, boc_id: int, eoc_id: int) -> to
 
 
 def revert_delay_pattern(delayed: torch.LongTensor) -> torch.LongTensor:
-    """Undo the delay: `[..., rows, C]` -> `[..., rows - C + 1, C]` with `R[t, c] = D[t + c, c]`."""
+    """Undo the delay: `[..., rows, C]`, `rows >= C - 1`, -> `[..., rows - C + 1, C]` with `R[t, c] = D[t + c, c]`."""
     rows, num_codebooks = delayed.shape[-2], delayed.shape[-1]
     num_frames = rows - num_codebooks + 1
-    if num_frames < 0:
-        raise ValueError(f"{rows} delayed rows are fewer than the {num_codebooks - 1} rows the delay adds.")
     index = torch.arange(num_frames, device=delayed.device)[:, None] + torch.arange(num_codebooks, device=delayed.device)
     return delayed.gather(-2, index.expand(*delayed.shape[:-2], num_frames, num_codebooks))
 
@@ -143,9 +150,8 @@ def rows_to_codes(
 @dataclass(frozen=True)
 class HiggsAudioV3AudioSpec:
     r"""
-    The audio constants that the model, the processor and the streamers agree on, with the rows / frames / seconds
-    arithmetic of the delay pattern. Built from a config (`config.audio_spec`) or from a processor's settings; the
-    field names are the config's. Validated once here, for whoever builds it.
+    The audio constants that the model, the processor and the streamers agree on (the config's field names), with the
+    rows / frames / seconds arithmetic of the delay pattern; validated here, for whoever builds it.
 
     Example:
 
@@ -164,18 +170,26 @@ class HiggsAudioV3AudioSpec:
     frame_rate: int = 25
 
     def __post_init__(self):
-        if self.num_codebooks < 2:
-            raise ValueError(
-                f"num_codebooks must be at least 2 (the delay pattern's end needs a countdown of num_codebooks - 2 "
-                f"rows), got {self.num_codebooks}."
-            )
-        boc, eoc = self.audio_boc_token_id, self.audio_eoc_token_id
+        problems = self.problems(self)
+        if problems:
+            raise ValueError(" ".join(problems))
+
+    @classmethod
+    def problems(cls, source) -> list[str]:
+        """What is wrong with the audio constants of `source` (a spec, a config or a processor: anything with these
+        field names), one sentence each; empty when they agree. `HiggsAudioV3Config` adds its own to these."""
+        num_codebooks, boc, eoc, sampling_rate, frame_rate = (
+            getattr(source, name) for name in ("num_codebooks", "audio_boc_token_id", "audio_eoc_token_id",
+                                               "sampling_rate", "frame_rate"))
+        problems = []
+        if num_codebooks < 2:
+            problems.append(f"num_codebooks must be at least 2 (the delay pattern's end needs a countdown of "
+                            f"num_codebooks - 2 rows), got {num_codebooks}.")
         if boc < 0 or eoc < 0 or boc == eoc:
-            raise ValueError(f"audio_boc_token_id={boc} and audio_eoc_token_id={eoc} must be two different codes >= 0.")
-        if self.sampling_rate <= 0 or self.frame_rate <= 0 or self.sampling_rate % self.frame_rate:
-            raise ValueError(
-                f"sampling_rate={self.sampling_rate} must be a positive multiple of frame_rate={self.frame_rate}."
-            )
+            problems.append(f"audio_boc_token_id={boc} and audio_eoc_token_id={eoc} must be two different codes >= 0.")
+        if sampling_rate <= 0 or frame_rate <= 0 or sampling_rate % frame_rate:
+            problems.append(f"sampling_rate={sampling_rate} must be a positive multiple of frame_rate={frame_rate}.")
+        return problems
 
     @classmethod
     def from_config(cls, config) -> HiggsAudioV3AudioSpec:
@@ -229,13 +243,6 @@ class HiggsAudioV3AudioSpec:
 
 
 __all__ = [
-    "NO_END",
-    "check_codes",
-    "HiggsAudioV3AudioSpec",
-    "apply_delay_pattern",
-    "revert_delay_pattern",
-    "rows_to_codes",
-    "speech_end_row",
-    "speech_finished",
-    "speech_rows",
+    "NO_END", "HiggsAudioV3AudioSpec", "apply_delay_pattern", "check_codes", "codes_problem", "revert_delay_pattern",
+    "rows_to_codes", "speech_end_row", "speech_finished", "speech_rows",
 ]

@@ -2,25 +2,12 @@
 r"""Delay-pattern generation for Higgs Audio v3 inside transformers' `GenerationMixin`.
 
 We do not fork `GenerationMixin._sample`. As in MusicGen and Dia, the codebook axis goes through the stock loop:
-each batch row `b` becomes `num_codebooks` rows `b * C + c` of `input_ids` (the prompt repeated, then the codes of
-codebook `c`), the model returns the audio logits flattened to `[B * C, positions, codebook_size]`, and the stock loop
-picks one code per row. What is specific to Higgs v3 lives in small pieces around that loop:
-
-- `prepare_inputs_for_generation`: the prefill embeds the prompt (reference placeholders replaced by their rows); each
-  later step embeds the previous row as emitted (fused codebook embedding, replacing the token embedding).
-- `HiggsAudioV3DelayPatternLogitsProcessor`: during the first `C - 1` steps, codebooks `c > step` are forced to BOC.
-- Sampling: temperature / top-k / top-p / min-p are transformers' own warpers, built by `generate` in the spec's order
-  (an unset field applies nothing); the draw, `HiggsAudioV3SeededSampler`, uses a counter-based generator keyed by
-  (row seed, step, codebook), so a row gives the same codes alone or in a batch. The stock loop runs greedy over its
-  one-hot scores.
-- `HiggsAudioV3StoppingCriteria`: per sequence, after the delay window, codebook 0 emitting EOC starts a countdown of
-  `C - 2` more rows; the row on which it reaches 0 is emitted and the sequence stops (finished rows are padded with EOC).
-  The rule itself is `delay_higgs_v3.speech_end_row`, shared with the decoding of rows to audio and the streamers.
-
-All per-step state is a few small tensors updated with masks: no Python loop over rows or codebooks and no host
-synchronisation in our code on the per-step path. The per-step Python is kept lean because a small model's step is
-all dispatch: the newest column is embedded with offsets computed once per call, the decode-step logits are a view,
-and the logits processors' signatures are read once (see `_LogitsProcessorList`).
+batch row `b` becomes rows `b * C + c` of `input_ids` (the prompt, then the codes of codebook `c`), the model's logits
+are `[B * C, positions, codebook_size]` (its one layout), the stock loop picks one code per row. Ours are small pieces
+around it: `prepare_inputs_for_generation` (the fused embedding of the previous row), the delay window's BOC, the
+sampling of `sampling_higgs_v3` (seeded per sequence; the stock loop runs greedy over its one-hot scores) and the end
+of speech (`delay_higgs_v3.speech_end_row`). `generate` checks its arguments once, at its entry; the per-step path
+checks nothing, loops over no rows or codebooks and reads nothing from the device.
 
 The worked example of the spec, with C = 3 (countdown 1):
 
@@ -47,67 +34,35 @@ from transformers.generation.stopping_criteria import EosTokenCriteria, Stopping
 from transformers.generation.streamers import BaseStreamer
 from transformers.utils import ModelOutput, logging
 
-from .delay_higgs_v3 import speech_finished, speech_rows
-from .sampling_higgs_v3 import HiggsAudioV3SeededSampler, check_seed, draw_seed, sampling_warpers
+from .delay_higgs_v3 import codes_problem, speech_finished, speech_rows
+from .sampling_higgs_v3 import HiggsAudioV3SeededSampler, draw_seed, sampling_problems, sampling_warpers, seed_problem
 
 
 logger = logging.get_logger(__name__)
 
 MAX_NEW_TOKENS: int = 2048
-"""The official server's limit of generated rows (about 82 s of audio at 25 frames per second); the default of
-`max_new_tokens`."""
-
+"""The official server's limit of generated rows (about 82 s of audio); the default of `max_new_tokens`."""
 MAX_POSITIONS: int = 4096
-"""The official server's limit on one request's positions, prompt plus generated rows: `generate` refuses a longer
-prompt and clips `max_new_tokens` (with a warning naming the numbers) to stay within it. `max_positions=None` lifts it."""
+"""The official server's limit on one request's positions, prompt plus generated rows (`generate(max_positions=)`)."""
 
 
 def default_generation_config(config) -> GenerationConfig:
-    """The generation defaults of the official server, the one home of these values: sampling at temperature 1.0 and
-    nothing else (top-k and top-p written out as off, so that no reader of `generation_config.json` falls back to a
-    library default such as transformers' top-k of 50), up to `MAX_NEW_TOKENS` rows. The model's `generation_config`
-    and the converter's `generation_config.json` are this. `config` is a `HiggsAudioV3Config`."""
-    return GenerationConfig(
-        do_sample=True,
-        temperature=1.0,
-        top_k=0,
-        top_p=1.0,
-        max_new_tokens=MAX_NEW_TOKENS,
-        use_cache=True,
-        bos_token_id=config.bos_token_id,
-        eos_token_id=config.eos_token_id,
-        pad_token_id=config.pad_token_id,
-    )
+    """The official server's generation defaults, their one home (the model's `generation_config`, the converter's
+    `generation_config.json`): sampling at temperature 1.0 and nothing else (top-k and top-p written out as off, so no
+    reader falls back to a library default such as a top-k of 50), up to `MAX_NEW_TOKENS` rows."""
+    return GenerationConfig(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=MAX_NEW_TOKENS,
+                            use_cache=True, bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id,
+                            pad_token_id=config.pad_token_id)
 
 
 # Generation options that have no meaning for audio codes, with the value that means "off".
 _UNSUPPORTED_OPTIONS: dict[str, object] = {
-    "num_beams": 1,
-    "num_beam_groups": 1,
-    "num_return_sequences": 1,
-    "penalty_alpha": None,
-    "repetition_penalty": 1.0,
-    "encoder_repetition_penalty": 1.0,
-    "no_repeat_ngram_size": 0,
-    "encoder_no_repeat_ngram_size": 0,
-    "bad_words_ids": None,
-    "force_words_ids": None,
-    "sequence_bias": None,
-    "guidance_scale": None,
-    "typical_p": 1.0,
-    "epsilon_cutoff": 0.0,
-    "eta_cutoff": 0.0,
-    "min_length": 0,
-    "min_new_tokens": None,
-    "prompt_lookup_num_tokens": None,
-    "suppress_tokens": None,
-    "begin_suppress_tokens": None,
-    "forced_bos_token_id": None,
-    "forced_eos_token_id": None,
-    "exponential_decay_length_penalty": None,
-    "watermarking_config": None,
-    "token_healing": False,
-    "dola_layers": None,
+    "num_beams": 1, "num_beam_groups": 1, "num_return_sequences": 1, "penalty_alpha": None, "repetition_penalty": 1.0,
+    "encoder_repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0,
+    "bad_words_ids": None, "force_words_ids": None, "sequence_bias": None, "guidance_scale": None, "typical_p": 1.0,
+    "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "min_length": 0, "min_new_tokens": None, "prompt_lookup_num_tokens": None,
+    "suppress_tokens": None, "begin_suppress_tokens": None, "forced_bos_token_id": None, "forced_eos_token_id": None,
+    "exponential_decay_length_penalty": None, "watermarking_config": None, "token_healing": False, "dola_layers": None,
 }
 _UNSUPPORTED_ARGUMENTS = ("assistant_model", "prefix_allowed_tokens_fn", "negative_prompt_ids", "custom_generate")
 _SUPPORTED = (
@@ -122,23 +77,15 @@ class HiggsAudioV3GenerationOutput(ModelOutput):
     r"""
     Output of [`HiggsAudioV3ForConditionalGeneration.generate`] with `return_dict_in_generate=True`.
 
-    sequences (`torch.LongTensor` of shape `[batch, rows, num_codebooks]`):
-        The delayed rows as generated. After a sequence finished its rows are padded with EOC
-        (`config.audio_eoc_token_id`); `lengths` tells how many rows are valid.
-    lengths (`torch.LongTensor` of shape `[batch]`):
-        Valid rows per sequence (T + num_codebooks - 1 for T frames when the sequence finished).
-    finished (`torch.BoolTensor` of shape `[batch]`):
-        Whether each sequence ended by itself (EOC and countdown) before `max_new_tokens`. `False` is the model's
-        known runaway failure: the sequence was cut at the limit.
-    audio_codes (`torch.LongTensor` of shape `[batch, frames, num_codebooks]`):
-        The de-delayed codes, every code >= BOC (a stray BOC/EOC, or padding) replaced by 0.
-    audio_code_lengths (`torch.LongTensor` of shape `[batch]`):
-        Valid frames per sequence: `max(lengths - (num_codebooks - 1), 0)`.
-    audio (`list[torch.FloatTensor]`, *optional*):
-        One 1-D waveform per sequence at `config.sampling_rate`, `audio_code_lengths[i] * samples_per_frame` samples,
-        when the model has a codec and `output_audio` is not False.
-    scores / logits (`tuple[torch.FloatTensor]`, *optional*):
-        Per step, `[batch, num_codebooks, codebook_size]`, when `output_scores` / `output_logits` are set.
+    sequences (`[batch, rows, num_codebooks]`): the delayed rows as generated, padded with EOC after a sequence ended.
+    lengths (`[batch]`): valid rows per sequence (T + num_codebooks - 1 for T frames when it finished).
+    finished (`[batch]`): whether each sequence ended by itself (EOC and countdown) before `max_new_tokens`; `False`
+        is the model's known runaway failure, cut at the limit.
+    audio_codes (`[batch, frames, num_codebooks]`): the de-delayed codes, every code >= BOC replaced by 0.
+    audio_code_lengths (`[batch]`): valid frames per sequence, `max(lengths - (num_codebooks - 1), 0)`.
+    audio (`list[torch.FloatTensor]`, *optional*): one 1-D waveform per sequence at `config.sampling_rate`, when the
+        model has a codec and `output_audio` is not False.
+    scores / logits (`tuple[torch.FloatTensor]`, *optional*): per step, `[batch, num_codebooks, codebook_size]`.
     """
 
     sequences: torch.LongTensor | None = None
@@ -161,9 +108,7 @@ class HiggsAudioV3DelayPatternLogitsProcessor(LogitsProcessor):
     """
 
     def __init__(self, num_codebooks: int, boc_token_id: int, prompt_length: int):
-        self.num_codebooks = num_codebooks
-        self.boc_token_id = boc_token_id
-        self.prompt_length = prompt_length
+        self.num_codebooks, self.boc_token_id, self.prompt_length = num_codebooks, boc_token_id, prompt_length
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         step = input_ids.shape[1] - self.prompt_length  # Python int from a shape: no host sync
@@ -176,18 +121,10 @@ class HiggsAudioV3DelayPatternLogitsProcessor(LogitsProcessor):
 
 
 class HiggsAudioV3StoppingCriteria(StoppingCriteria):
-    r"""The end of speech, per sequence (`delay_higgs_v3.speech_end_row`): after the delay window, the first EOC of
-    codebook 0 at a row `r >= C` starts a countdown of `C - 2` rows, and row `r + C - 2` is the last one emitted.
-
-    Equivalently, a sequence is done at step `t` when codebook 0 emitted EOC at row `t - (C - 2)` (or earlier) and
-    that row is at least `C`. So each step looks back `C - 2` rows at one column of `input_ids` and ORs the result into
-    `ended` (`[batch, C]`, every codebook of a sequence alike); `done` is its flat `[batch * C]` view, the layout of
-    the stock loop's rows. Three tensor ops per step (slice, compare, in-place or), no countdown to keep; `generate`
-    reads lengths and `finished` off the returned rows with `delay_higgs_v3`'s functions, as the decoding of rows to
-    audio (`rows_to_codes`) and the streamers do.
-
-    `eos_token_id` is set (to EOC) because the stock loop pads finished rows only when a criterion has one.
-    """
+    r"""The end of speech (`delay_higgs_v3.speech_end_row`) one column per step: a sequence is done at step `t` when
+    codebook 0 emitted EOC at row `t - (C - 2)` (or earlier) and that row is at least `C`. The result is ORed into
+    `ended` `[batch, C]`, whose flat view `done` is the stock loop's `[batch * C]`: three tensor ops, no countdown.
+    `eos_token_id` is EOC because the stock loop pads finished rows only when a criterion has one."""
 
     def __init__(self, batch_size: int, num_codebooks: int, eoc_token_id: int, prompt_length: int,
                  device: torch.device):
@@ -216,18 +153,12 @@ class _LogitsProcessorList(LogitsProcessorList):
     def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
         extra = self.__dict__.get("_extra_parameters")
         if extra is None or len(extra) != len(self):  # first step (or the list changed)
-            extra = [list(inspect.signature(p.__call__).parameters)[2:] for p in self]
-            self._extra_parameters = extra
+            extra = self._extra_parameters = [list(inspect.signature(p.__call__).parameters)[2:] for p in self]
         for processor, names in zip(self, extra):
-            if not names:
-                scores = processor(input_ids, scores)
-                continue
-            if not all(name in kwargs for name in names):
-                raise ValueError(
-                    f"Make sure that all the required parameters: {names} for {processor.__class__} are passed to the "
-                    "logits processor."
-                )
-            scores = processor(input_ids, scores, **kwargs)
+            if names and not all(name in kwargs for name in names):
+                raise ValueError(f"Make sure that all the required parameters: {names} for {processor.__class__} are "
+                                 "passed to the logits processor.")
+            scores = processor(input_ids, scores, **kwargs) if names else processor(input_ids, scores)
         return scores
 
 
@@ -235,13 +166,10 @@ class _LogitsProcessorList(LogitsProcessorList):
 
 
 class _RowStreamer(BaseStreamer):
-    """Hands the user's streamer one `[batch, num_codebooks]` row per step instead of the flat `[batch * C]` codes;
-    the prompt that the stock loop puts first is not forwarded."""
+    """Hands the user's streamer one `[batch, num_codebooks]` row per step (not the stock loop's prompt, `[B * C]`)."""
 
     def __init__(self, streamer: BaseStreamer, num_codebooks: int):
-        self.streamer = streamer
-        self.num_codebooks = num_codebooks
-        self.prompt_seen = False
+        self.streamer, self.num_codebooks, self.prompt_seen = streamer, num_codebooks, False
 
     def put(self, value: torch.Tensor) -> None:
         if not self.prompt_seen:
@@ -254,9 +182,8 @@ class _RowStreamer(BaseStreamer):
 
 
 class HiggsAudioV3ProgressBar(LogitsProcessor):
-    """`generate(..., monitor_progress=True)`: a tqdm bar of the rows generated, out of `max_new_tokens` (a sequence
-    that ends its speech earlier stops the bar there). It counts calls (one per step) and reads nothing from the
-    device: the scores pass through untouched."""
+    """`generate(..., monitor_progress=True)`: a tqdm bar of the rows generated, out of `max_new_tokens`. It counts
+    calls (one per step) and reads nothing from the device: the scores pass through untouched."""
 
     def __init__(self, total: int):
         from tqdm.auto import tqdm
@@ -272,8 +199,8 @@ class HiggsAudioV3ProgressBar(LogitsProcessor):
 
 
 def _audio_code_offsets(batch_size: int, num_codebooks: int, codebook_size: int, device) -> torch.LongTensor:
-    """`[batch * C, 1]`: `c * codebook_size` for stock-loop row `b * C + c`, whose codes index rows
-    `c * codebook_size + code` of the fused embedding. Computed once per call, added to the newest column each step."""
+    """`[batch * C, 1]`: `c * codebook_size` for stock-loop row `b * C + c` (its codes' offset in the fused
+    embedding), computed once per call and added to the newest column each step."""
     codebook = torch.arange(batch_size * num_codebooks, device=device) % num_codebooks
     return (codebook * codebook_size)[:, None]
 
@@ -284,46 +211,79 @@ _STOCK_SAMPLING_FIELDS: dict[str, object] = {"temperature": 1.0, "top_k": 50, "t
 
 
 # ---------------------------------------------------------------------------------------------- the mixin
-def _check_call_objects(input_ids, attention_mask, generation_config, logits_processor, stopping_criteria, streamer,
-                        seed, max_positions, kwargs: dict) -> None:
-    """The types and shapes of `generate`'s other arguments, each refused with a `ValueError` that names it (once per
-    call, before any work; the stock loop would fail later with an `AttributeError` or a shape error)."""
+def _argument_problems(input_ids, attention_mask, generation_config, logits_processor, stopping_criteria, streamer,
+                       seed, max_positions, reference_audio, reference_audio_lengths, kwargs: dict) -> list[str]:
+    """What is wrong with the types and shapes of `generate`'s arguments, one sentence each naming the argument (the
+    stock loop would fail later with an `AttributeError` or a shape error)."""
+    problems = [f"generate() does not support `{name}` for audio codes. Supported: {_SUPPORTED}."
+                for name in _UNSUPPORTED_ARGUMENTS if kwargs.get(name) is not None]
+    if kwargs.get("inputs") is not None or kwargs.get("inputs_embeds") is not None:
+        problems.append("generate() takes `input_ids` (from HiggsAudioV3Processor), not `inputs`/`inputs_embeds`.")
+    if kwargs.get("max_length") is not None:
+        problems.append(f"generate() counts audio rows with `max_new_tokens`; got max_length={kwargs['max_length']}. "
+                        "Pass max_new_tokens instead.")
+    if not isinstance(input_ids, torch.Tensor) or input_ids.dim() != 2:
+        problems.append(f"generate() needs input_ids of shape [batch, length], got {_shape(input_ids)}.")
+    elif input_ids.shape[1] == 0:
+        problems.append("generate() needs at least one prompt position; build the prompt with HiggsAudioV3Processor.")
+    elif attention_mask is not None and _shape(attention_mask) != tuple(input_ids.shape):
+        problems.append(f"attention_mask has shape {_shape(attention_mask)}; it must match input_ids "
+                        f"{tuple(input_ids.shape)}.")
     if generation_config is not None and not isinstance(generation_config, GenerationConfig):
-        raise ValueError(f"generation_config must be a transformers GenerationConfig, got {type(generation_config).__name__}.")
+        problems.append(f"generation_config must be a transformers GenerationConfig, got "
+                        f"{type(generation_config).__name__}.")
     for name, given in (("logits_processor", logits_processor), ("stopping_criteria", stopping_criteria)):
         if given is not None and (not isinstance(given, (list, tuple)) or not all(callable(item) for item in given)):
-            raise ValueError(f"{name} must be a list of callables (a {name.title().replace('_', '')}List), got {given!r:.80}.")
+            problems.append(f"{name} must be a list of callables (a {name.title().replace('_', '')}List), got "
+                            f"{given!r:.80}.")
     if streamer is not None and not (callable(getattr(streamer, "put", None)) and callable(getattr(streamer, "end", None))):
-        raise ValueError(f"streamer must have put() and end() (a transformers BaseStreamer, e.g. model.audio_streamer()), "
-                         f"got {type(streamer).__name__}.")
-    if max_positions is not None and (isinstance(max_positions, bool) or not isinstance(max_positions, int) or max_positions < 1):
-        raise ValueError(f"max_positions must be a positive number of positions or None, got {max_positions!r}.")
-    limit = kwargs.get("max_new_tokens")
+        problems.append("streamer must have put() and end() (a transformers BaseStreamer, e.g. "
+                        f"model.audio_streamer()), got {type(streamer).__name__}.")
+    if max_positions is not None and (isinstance(max_positions, bool) or not isinstance(max_positions, int)
+                                      or max_positions < 1):
+        problems.append(f"max_positions must be a positive number of positions or None, got {max_positions!r}.")
+    limit = kwargs.get("max_new_tokens", getattr(generation_config, "max_new_tokens", None))  # the one that counts
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise ValueError(f"max_new_tokens must be a positive number of audio rows, got {limit!r}.")
-    do_sample = kwargs.get("do_sample")
-    if do_sample is not None and not isinstance(do_sample, bool):
-        raise ValueError(f"do_sample must be True or False, got {do_sample!r}.")
-    if seed is not None and not isinstance(seed, int):
-        values = seed.tolist() if hasattr(seed, "tolist") else seed  # numpy / torch integers and arrays
-        values = [values] if isinstance(values, int) else values
-        if not isinstance(values, (list, tuple)) or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-            raise ValueError(f"seed must be an int or a list of ints (one per sequence), got {seed!r:.80}.")
-    if isinstance(input_ids, torch.Tensor) and input_ids.dim() == 2:
-        if input_ids.shape[1] == 0:
-            raise ValueError("generate() needs at least one prompt position; build the prompt with HiggsAudioV3Processor.")
-        if attention_mask is not None and tuple(attention_mask.shape) != tuple(input_ids.shape):
-            raise ValueError(f"attention_mask has shape {tuple(attention_mask.shape)}; it must match input_ids "
-                             f"{tuple(input_ids.shape)}.")
+        problems.append(f"max_new_tokens must be a positive number of audio rows, got {limit!r}.")
+    if kwargs.get("do_sample") is not None and not isinstance(kwargs["do_sample"], bool):
+        problems.append(f"do_sample must be True or False, got {kwargs['do_sample']!r}.")
+    if reference_audio_lengths is not None and reference_audio is None:
+        problems.append("reference_audio_lengths was given without reference_audio; pass the processor's whole "
+                        "output (model.generate(**inputs)).")
+    return problems + _seed_problems(seed, input_ids.shape[0] if not problems else None)
+
+
+def _shape(value) -> object:
+    """How a problem names an argument: a tensor's shape as a tuple, None as None, anything else its type's name."""
+    return tuple(value.shape) if isinstance(value, torch.Tensor) else value and type(value).__name__
+
+
+def _seed_problems(seed, batch_size: int | None) -> list[str]:
+    """`seed`: None, an int, or one int per sequence (a list, an array, a `[batch]` tensor), each in the seed range."""
+    values = seed.tolist() if hasattr(seed, "tolist") else seed  # numpy / torch integers and arrays
+    if seed is None or (isinstance(values, int) and not isinstance(values, bool)):
+        return [problem for problem in [seed is not None and seed_problem(values)] if problem]
+    if not isinstance(values, (list, tuple)) or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        return [f"seed must be an int or a list of ints (one per sequence), got {seed!r:.80}."]
+    if batch_size is not None and len(values) != batch_size:
+        return [f"seed must be an int or one seed per sequence ({batch_size}), got shape {(len(values),)}."]
+    return [problem for problem in (seed_problem(value, "every seed") for value in values) if problem][:1]
+
+
+def _option_problems(generation_config: GenerationConfig) -> list[str]:
+    """The merged generation options that have no meaning for audio codes, and sampling fields outside the spec's
+    ranges."""
+    problems = [f"generate() does not support {name}={value!r} for audio codes (it has no meaning for the 8-codebook "
+                f"delay pattern). Supported: {_SUPPORTED}."
+                for name, off in _UNSUPPORTED_OPTIONS.items()
+                for value in [getattr(generation_config, name, off)] if value is not None and value != off]
+    return problems + (sampling_problems(generation_config) if generation_config.do_sample else [])
 
 
 class HiggsAudioV3GenerationMixin(GenerationMixin):
-    r"""`generate` for Higgs Audio v3: the delay-pattern state machine around transformers' stock decoding loop.
-
-    The steps, each a method of a screen: `_audio_generation_config` (options checked, the stock loop's config),
-    `_audio_generation_pieces` (our logits processors and stopping criterion), the stock `generate` over `B * C`
-    rows, and `_audio_generation_output` (lengths, flags, codes and waveforms read off the returned rows).
-    """
+    r"""`generate` for Higgs Audio v3: `_audio_generation_config` (every argument checked once, the stock loop's
+    config), `merge_reference_clips` (once), `_audio_generation_pieces` (our logits processors and stopping
+    criterion), the stock `generate` over `B * C` rows, `_audio_generation_output` (read off the returned rows)."""
 
     @torch.no_grad()
     def generate(
@@ -348,62 +308,44 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         Generate delayed code rows (and waveforms) for a batch of prompts built by `HiggsAudioV3Processor`.
 
         Args:
-            input_ids (`[batch, length]`): left-padded prompts; reference placeholders (`config.audio_placeholder_id`)
-                take the rows of `audio_input_ids`.
-            audio_input_ids / audio_input_ids_mask: the delayed reference rows, as in `forward`.
-            reference_audio (`[S_0 + ... + S_{K-1}]`, float32) / reference_audio_lengths (`[K]`): the waveforms of
-                reference clips, one after another, and their lengths in samples, as the processor returns them for
-                `reference=clip`; each clip is encoded once with the model's codec before the decoding loop and fills
-                the rows the processor marked for it (`merge_reference_clips`), so the speech equals that of
-                `reference=model.encode_reference(clip)`.
-            attention_mask (`[batch, length]`): 0 on left padding (all ones when omitted).
-            generation_config / kwargs: `do_sample`, `temperature`, `top_k`, `top_p`, `min_p`, `max_new_tokens` (audio
-                rows, default `MAX_NEW_TOKENS` = 2048), `use_cache`, `cache_implementation`, `return_dict_in_generate`,
-                `output_scores`, `output_logits`. An unset `top_k` / `top_p` / `min_p` applies nothing. Beam search,
-                assisted decoding, repetition penalties, bad words and the like raise a `ValueError`.
+            input_ids (`[batch, length]`) / audio_input_ids / audio_input_ids_mask / attention_mask: left-padded
+                prompts and their delayed reference rows, as in `forward` (the mask all ones when omitted).
+            reference_audio / reference_audio_lengths: the processor's reference clips, each encoded once before the
+                loop into the rows marked for it (`merge_reference_clips`): the speech of `encode_reference(clip)`.
+            generation_config / kwargs: `do_sample`, `temperature`, `top_k`, `top_p`, `min_p` (unset: nothing applied),
+                `max_new_tokens` (audio rows, default 2048), `use_cache`, `cache_implementation`,
+                `return_dict_in_generate`, `output_scores`, `output_logits`; beam search and the like are refused.
             streamer: receives each new row as a `[batch, num_codebooks]` tensor (`put`), then `end()`.
-            seed: `int` (every sequence uses it) or one seed per sequence (list or `[batch]` tensor), in
-                `[0, 2**62)`. A sequence with a given seed gets the same codes alone or inside any batch. Without a
-                seed, one is drawn from torch's global RNG (so `torch.manual_seed` makes runs repeatable). Ignored for
-                greedy decoding.
+            seed: `int` or one per sequence (list or `[batch]` tensor), in `[0, 2**62)`: a sequence gets the same codes
+                alone or in any batch. Default: drawn from torch's global RNG. Ignored for greedy decoding.
             output_audio: decode waveforms with the codec (default: when `return_dict_in_generate` and a codec).
-            max_positions: the most positions of one request, prompt plus rows (default `MAX_POSITIONS`, the official
-                server's 4096): a longer prompt is refused, a `max_new_tokens` that would pass it is clipped with a
-                warning. In a batch the limit is read against the longest prompt (one `max_new_tokens` for all), so
-                a sequence that reaches it may get fewer rows than alone. None lifts the limit.
-            monitor_progress (`bool`, defaults to False): show a tqdm bar of the rows generated (for notebooks: the
-                default limit is 2048 rows, minutes on a CPU). It counts steps and reads nothing from the device.
+            max_positions: the most positions of one request, prompt plus rows (default `MAX_POSITIONS`): a longer
+                prompt is refused, a `max_new_tokens` that would pass it is clipped with a warning (against the longest
+                prompt of a batch). None lifts the limit.
+            monitor_progress (`bool`, defaults to False): show a tqdm bar of the rows generated.
 
-        Returns:
-            `HiggsAudioV3GenerationOutput` when `return_dict_in_generate=True`, else the delayed rows
-            `[batch, rows, num_codebooks]` (EOC after a sequence finished).
-
-        Example:
+        Returns `HiggsAudioV3GenerationOutput` when `return_dict_in_generate=True`, else the delayed rows `[batch, rows,
+        num_codebooks]` (EOC after a sequence finished).
 
         ```python
         >>> out = model.generate(**processor("Hello there."), seed=0, return_dict_in_generate=True)  # doctest: +SKIP
         >>> out.finished, out.audio[0].shape  # doctest: +SKIP
         ```
         """
-        self._check_generate_arguments(input_ids, kwargs)
-        _check_call_objects(input_ids, attention_mask, generation_config, logits_processor, stopping_criteria, streamer,
-                            seed, max_positions, kwargs)
-        self._check_speech_prompts(input_ids, attention_mask)
-        if output_audio and getattr(self, "codec", None) is None:
-            raise ValueError(
-                "output_audio=True needs the codec, and this model has none (config.codec_config is None): load a "
-                "converted checkpoint that includes it, or leave output_audio unset to get codes."
-            )
-        generation_config, model_kwargs, warpers, return_dict = self._audio_generation_config(generation_config, kwargs)
-        audio_input_ids, audio_input_ids_mask = self._reference_clip_rows(
-            audio_input_ids, audio_input_ids_mask, reference_audio, reference_audio_lengths
+        if output_audio:
+            self._require_codec("output_audio=True")
+        generation_config, model_kwargs, warpers, return_dict = self._audio_generation_config(
+            input_ids, attention_mask, audio_input_ids, audio_input_ids_mask, generation_config, logits_processor,
+            stopping_criteria, streamer, seed, max_positions, reference_audio, reference_audio_lengths, kwargs
         )
+        if reference_audio is not None:  # the clips encoded once, before the loop
+            audio_input_ids = self.merge_reference_clips(
+                audio_input_ids, reference_audio, reference_audio_lengths, audio_input_ids_mask
+            )
+            audio_input_ids_mask = None
         num_codebooks = self.config.num_codebooks
         batch_size, prompt_length = input_ids.shape
-        self._limit_positions(generation_config, prompt_length, max_positions)
-        processors, stopper = self._audio_generation_pieces(
-            generation_config, warpers, seed, batch_size, prompt_length, input_ids.device
-        )
+        processors, stopper = self._audio_generation_pieces(warpers, seed, batch_size, prompt_length, input_ids.device)
         progress = HiggsAudioV3ProgressBar(generation_config.max_new_tokens) if monitor_progress else None
         # *** Higgs v3 specific: the stock loop runs over B * C rows, row b * C + c holding codebook c ***
         try:
@@ -429,107 +371,27 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         return self._audio_generation_output(outputs, batch_size, prompt_length, return_dict, output_audio)
 
     # -------------------------------------------------------------------------------------- generate, step by step
-    def _check_generate_arguments(self, input_ids: torch.LongTensor | None, kwargs: dict) -> None:
-        for name in _UNSUPPORTED_ARGUMENTS:
-            if kwargs.get(name) is not None:
-                raise ValueError(f"generate() does not support `{name}` for audio codes. Supported: {_SUPPORTED}.")
-        if kwargs.get("inputs") is not None or kwargs.get("inputs_embeds") is not None:
-            raise ValueError("generate() takes `input_ids` (from HiggsAudioV3Processor), not `inputs`/`inputs_embeds`.")
-        if kwargs.get("max_length") is not None:
-            raise ValueError(
-                f"generate() counts audio rows with `max_new_tokens`; got max_length={kwargs['max_length']}. "
-                "Pass max_new_tokens instead."
-            )
-        if input_ids is None or input_ids.dim() != 2:
-            shape = None if input_ids is None else tuple(input_ids.shape)
-            raise ValueError(f"generate() needs input_ids of shape [batch, length], got {shape}.")
-
-    def _reference_clip_rows(
-        self,
-        audio_input_ids: torch.LongTensor | None,
-        audio_input_ids_mask: torch.Tensor | None,
-        reference_audio: torch.Tensor | None,
-        reference_audio_lengths: torch.LongTensor | None,
-    ) -> tuple[torch.LongTensor | None, torch.Tensor | None]:
-        """The reference rows with the processor's clips encoded in (`merge_reference_clips`, once per call, before
-        the loop), or as given without clips; rows marked for clips without `reference_audio` are refused."""
-        if reference_audio is not None:
-            rows = self.merge_reference_clips(
-                audio_input_ids, reference_audio, reference_audio_lengths, audio_input_ids_mask
-            )
-            return rows, None
-        if reference_audio_lengths is not None:
-            raise ValueError("reference_audio_lengths was given without reference_audio; pass the processor's whole "
-                             "output (model.generate(**inputs)).")
-        if audio_input_ids is not None and audio_input_ids.numel() and not torch.compiler.is_compiling():
-            if bool((audio_input_ids[..., 0] == self.config.audio_placeholder_id).any()):  # one host read per call
-                raise ValueError(
-                    f"audio_input_ids has rows marked for reference clips (the placeholder id "
-                    f"{self.config.audio_placeholder_id}) but no reference_audio was given; pass the processor's whole "
-                    "output (model.generate(**inputs)): the clips' waveforms are in reference_audio and "
-                    "reference_audio_lengths."
-                )
-        return audio_input_ids, audio_input_ids_mask
-
-    def _check_speech_prompts(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None) -> None:
-        """Refuse `input_ids` that are not TTS prompts (`<|tts|> ... <|text|> ... <|audio|>`, left padded): plain
-        tokenizer output would generate sound without a word. Once per call, up front (one host read), never per step.
-        """
-        if torch.compiler.is_compiling():
-            return
-        config = self.config
-        first = attention_mask.long().argmax(-1, keepdim=True) if attention_mask is not None else None  # [B, 1]
-        starts = input_ids[:, :1] if first is None else input_ids.gather(1, first)  # [B, 1] first real token
-        valid = (
-            (starts[:, 0] == config.tts_token_id)
-            & (input_ids[:, -1] == config.audio_start_token_id)
-            & (input_ids == config.text_token_id).any(-1)
-        )  # [B]
-        if attention_mask is not None:
-            valid &= attention_mask[:, -1].bool()
-        if not bool(valid.all()):
-            rows = torch.nonzero(~valid).flatten().tolist()
-            if bool((input_ids[rows, -1] == config.audio_placeholder_id).any()):
-                raise ValueError(
-                    f"input_ids row(s) {rows} end in audio placeholders: they are training examples "
-                    "(processor(text=..., audio_target=...), the prompt followed by the target's rows), which "
-                    "teacher-force a forward pass; generate takes the prompt alone: processor(text) or "
-                    "processor.apply_chat_template(conversation, tokenize=True, return_dict=True)."
-                )
-            raise ValueError(
-                f"input_ids row(s) {rows} are not Higgs Audio v3 speech prompts (<|tts|> ... <|text|> TEXT <|audio|>, "
-                "left padded); plain tokenizer output would generate sound without a word. Build the inputs with "
-                "HiggsAudioV3Processor: processor(text) or processor.apply_chat_template(conversation, tokenize=True, "
-                "return_dict=True) (with a pipeline, pass processor=processor)."
-            )
-
     def _audio_generation_config(
-        self, generation_config: GenerationConfig | None, kwargs: dict
+        self, input_ids, attention_mask, audio_input_ids, audio_input_ids_mask, generation_config, logits_processor,
+        stopping_criteria, streamer, seed, max_positions, reference_audio, reference_audio_lengths, kwargs: dict
     ) -> tuple[GenerationConfig, dict, list[LogitsProcessor] | None, bool]:
-        """The user's options, checked, and the config the stock loop runs with. Returns `(config for the stock loop,
-        model kwargs, the sampling warpers (None for greedy decoding), whether the caller asked for a dict output)`."""
-        defaults = self.generation_config
-        if defaults.max_new_tokens is None:  # a model built from a config, not loaded with its defaults
-            defaults = default_generation_config(self.config)
-        generation_config = copy.deepcopy(generation_config if generation_config is not None else defaults)
-        # What a caller's config leaves unset comes from the model's defaults (transformers' rule), before the sampling
-        # warpers are read. Greedy decoding asked for here drops the sampling defaults the caller did not set, so that
-        # transformers' validation does not warn about them (e.g. the default top_k=0 under do_sample=False).
-        for name, value in defaults.to_dict().items():
-            if not name.startswith("_") and hasattr(generation_config, name) and getattr(generation_config, name) is None:
-                setattr(generation_config, name, value)
-        if kwargs.get("do_sample") is False:
-            for name in _STOCK_SAMPLING_FIELDS:
-                if name not in kwargs:
-                    setattr(generation_config, name, None)
-        try:
-            model_kwargs = generation_config.update(**kwargs)
-        except TypeError as error:  # transformers' validation comparing an option of the wrong type
-            options = ", ".join(f"{k}={v!r}" for k, v in kwargs.items() if hasattr(generation_config, k))
-            raise ValueError(f"generate() options of the wrong type ({options}): {error}.") from error
-        if generation_config.max_new_tokens is None:  # e.g. transformers 5.5's pipeline drops it when it sets max_length
-            generation_config.max_new_tokens = defaults.max_new_tokens or MAX_NEW_TOKENS
-        self._check_generation_options(generation_config)
+        """THE validator of `generate`'s arguments: each is checked once, every problem named in one `ValueError`
+        (the arguments' types and shapes first; then the merged options, the positions, the prompts and the reference
+        rows). Returns `(config for the stock loop, model kwargs, the sampling warpers (None for greedy decoding),
+        whether the caller asked for a dict output)`."""
+        problems = _argument_problems(input_ids, attention_mask, generation_config, logits_processor,
+                                      stopping_criteria, streamer, seed, max_positions, reference_audio,
+                                      reference_audio_lengths, kwargs)
+        if not problems:
+            generation_config, model_kwargs, problems = self._merged_generation_config(generation_config, kwargs)
+        if not problems:
+            problems = _option_problems(generation_config) or [
+                *self._limit_positions(generation_config, input_ids.shape[1], max_positions),
+                *self._prompt_problems(input_ids, attention_mask),
+                *self._reference_row_problems(input_ids, audio_input_ids, audio_input_ids_mask, reference_audio),
+            ]
+        if problems:
+            raise ValueError(" ".join(problems))
         return_dict = generation_config.return_dict_in_generate
         warpers = sampling_warpers(generation_config) if generation_config.do_sample else None
         # *** Higgs v3 specific: what the stock loop is told, changed here in the open ***
@@ -544,28 +406,51 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         # *** end Higgs v3 specific ***
         return generation_config, model_kwargs, warpers, return_dict
 
-    def _limit_positions(self, generation_config: GenerationConfig, prompt_length: int, max_positions: int | None) -> None:
-        """Keep prompt plus rows within `max_positions` (see `MAX_POSITIONS`): refuse a prompt that fills it, clip
-        `max_new_tokens` with a warning that names the numbers. With `max_positions=None`, prompt plus rows must still fit
-        the model's position embeddings (`max_position_embeddings`): more is a `ValueError` before anything runs."""
+    def _merged_generation_config(self, generation_config: GenerationConfig | None, kwargs: dict
+                                  ) -> tuple[GenerationConfig, dict, list[str]]:
+        """The caller's config (a copy), what it leaves unset from the model's defaults (transformers' rule), then the
+        keyword options. Returns `(config, model kwargs, problems)`: options of a type transformers' validation cannot
+        compare are a problem."""
+        defaults = self.generation_config
+        if defaults.max_new_tokens is None:  # a model built from a config, not loaded with its defaults
+            defaults = default_generation_config(self.config)
+        generation_config = copy.deepcopy(generation_config if generation_config is not None else defaults)
+        for name, value in defaults.to_dict().items():
+            if not name.startswith("_") and hasattr(generation_config, name) and getattr(generation_config, name) is None:
+                setattr(generation_config, name, value)
+        # Greedy decoding asked for here drops the sampling defaults the caller did not set, so that transformers'
+        # validation does not warn about them (e.g. the default top_k=0 under do_sample=False).
+        if kwargs.get("do_sample") is False:
+            for name in _STOCK_SAMPLING_FIELDS:
+                if name not in kwargs:
+                    setattr(generation_config, name, None)
+        try:
+            model_kwargs = generation_config.update(**kwargs)
+        except TypeError as error:  # transformers' validation comparing an option of the wrong type
+            options = ", ".join(f"{k}={v!r}" for k, v in kwargs.items() if hasattr(generation_config, k))
+            return generation_config, {}, [f"generate() options of the wrong type ({options}): {error}."]
+        if generation_config.max_new_tokens is None:  # e.g. transformers 5.5's pipeline drops it when it sets max_length
+            generation_config.max_new_tokens = defaults.max_new_tokens or MAX_NEW_TOKENS
+        return generation_config, model_kwargs, []
+
+    def _limit_positions(self, generation_config: GenerationConfig, prompt_length: int, max_positions: int | None
+                         ) -> list[str]:
+        """Prompt plus rows within `max_positions`: a prompt that fills it is a problem, a `max_new_tokens` that
+        passes it is clipped with a warning; with `max_positions=None`, within the model's position embeddings."""
         if max_positions is None:
             # *** Higgs v3 specific: no request beyond the positions the model was built for, even with the limit lifted ***
             embeddings = getattr(self.config.get_text_config(), "max_position_embeddings", None)
             if embeddings is not None and prompt_length + generation_config.max_new_tokens > embeddings:
-                raise ValueError(
-                    f"max_new_tokens={generation_config.max_new_tokens} after a {prompt_length}-position prompt passes "
-                    f"the model's max_position_embeddings={embeddings}; pass at most "
-                    f"{max(embeddings - prompt_length, 0)} (or keep the default max_positions={MAX_POSITIONS})."
-                )
+                return [f"max_new_tokens={generation_config.max_new_tokens} after a {prompt_length}-position prompt "
+                        f"passes the model's max_position_embeddings={embeddings}; pass at most "
+                        f"{max(embeddings - prompt_length, 0)} (or keep the default max_positions={MAX_POSITIONS})."]
             # *** end Higgs v3 specific ***
-            return
+            return []
         room = max_positions - prompt_length
         if room < 1:
-            raise ValueError(
-                f"The prompt has {prompt_length} positions, but one request may use at most max_positions="
-                f"{max_positions} (prompt plus generated rows, the official server's limit). Use a shorter reference "
-                "clip or text (synthesize_long splits long text), or pass max_positions=None to lift the limit."
-            )
+            return [f"The prompt has {prompt_length} positions, but one request may use at most max_positions="
+                    f"{max_positions} (prompt plus generated rows, the official server's limit). Use a shorter reference "
+                    "clip or text (synthesize_long splits long text), or pass max_positions=None to lift the limit."]
         if generation_config.max_new_tokens > room:
             logger.warning(
                 f"max_new_tokens={generation_config.max_new_tokens} after a {prompt_length}-position prompt would pass "
@@ -573,25 +458,77 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
                 f"{room} rows."
             )
             generation_config.max_new_tokens = room
+        return []
+
+    def _prompt_problems(self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None) -> list[str]:
+        """Rows of `input_ids` that are not left-padded TTS prompts (`<|tts|> ... <|text|> ... <|audio|>`): plain
+        tokenizer output would generate sound without a word. One host read per call."""
+        config = self.config
+        first = attention_mask.long().argmax(-1, keepdim=True) if attention_mask is not None else None  # [B, 1]
+        starts = input_ids[:, :1] if first is None else input_ids.gather(1, first)  # [B, 1] first real token
+        valid = (
+            (starts[:, 0] == config.tts_token_id)
+            & (input_ids[:, -1] == config.audio_start_token_id)
+            & (input_ids == config.text_token_id).any(-1)
+        )  # [B]
+        if attention_mask is not None:
+            valid &= attention_mask[:, -1].bool()
+        if bool(valid.all()):
+            return []
+        rows = torch.nonzero(~valid).flatten().tolist()
+        if bool((input_ids[rows, -1] == config.audio_placeholder_id).any()):
+            return [f"input_ids row(s) {rows} end in audio placeholders: they are training examples "
+                    "(processor(text=..., audio_target=...), the prompt followed by the target's rows), which "
+                    "teacher-force a forward pass; generate takes the prompt alone: processor(text) or "
+                    "processor.apply_chat_template(conversation, tokenize=True, return_dict=True)."]
+        return [f"input_ids row(s) {rows} are not Higgs Audio v3 speech prompts (<|tts|> ... <|text|> TEXT <|audio|>, "
+                "left padded); plain tokenizer output would generate sound without a word. Build the inputs with "
+                "HiggsAudioV3Processor: processor(text) or processor.apply_chat_template(conversation, tokenize=True, "
+                "return_dict=True) (with a pipeline, pass processor=processor)."]
+
+    def _reference_row_problems(self, input_ids, audio_input_ids, audio_input_ids_mask, reference_audio) -> list[str]:
+        """The reference rows against the prompts (one host read each, never per step): integer codes of the model's
+        codebooks, rows marked for clips only with `reference_audio`, and one row per placeholder."""
+        placeholder = self.config.audio_placeholder_id
+        num_placeholders = int((input_ids == placeholder).sum())
+        if audio_input_ids is None:
+            return [f"input_ids has {num_placeholders} reference placeholder positions (id {placeholder}) but no "
+                    "audio_input_ids were given."] if num_placeholders else []
+        if not isinstance(audio_input_ids, torch.Tensor) or (audio_input_ids_mask is not None and tuple(
+                audio_input_ids_mask.shape) != tuple(audio_input_ids.shape[:-1])):
+            return [f"audio_input_ids must be a tensor of delayed reference rows, [rows, {self.config.num_codebooks}] "
+                    f"or [batch, rows, {self.config.num_codebooks}] with an audio_input_ids_mask [batch, rows]; got "
+                    f"{_shape(audio_input_ids)} and a mask of {_shape(audio_input_ids_mask)}."]
+        marked = audio_input_ids == placeholder  # rows of clips (all codebooks), filled by `merge_reference_clips`
+        problem = codes_problem(audio_input_ids.masked_fill(marked, 0), self.config.num_codebooks,
+                                self.config.codebook_size, "the reference rows (audio_input_ids)")
+        if problem is not None:
+            return [problem]
+        if reference_audio is None and bool(marked.any()):
+            return [f"audio_input_ids has rows marked for reference clips (the placeholder id {placeholder}) but no "
+                    "reference_audio was given; pass the processor's whole output (model.generate(**inputs)): the "
+                    "clips' waveforms are in reference_audio and reference_audio_lengths."]
+        num_rows = int(audio_input_ids_mask.sum()) if audio_input_ids_mask is not None else (
+            audio_input_ids.numel() // self.config.num_codebooks)
+        if num_rows != num_placeholders:
+            return [f"input_ids has {num_placeholders} reference placeholder positions (id {placeholder}) but "
+                    f"audio_input_ids has {num_rows} rows; each placeholder takes exactly one delayed reference row."]
+        return []
 
     def _audio_generation_pieces(
-        self,
-        generation_config: GenerationConfig,
-        warpers: list[LogitsProcessor] | None,
-        seed,
-        batch_size: int,
-        prompt_length: int,
-        device: torch.device,
+        self, warpers: list[LogitsProcessor] | None, seed, batch_size: int, prompt_length: int, device: torch.device
     ) -> tuple[list[LogitsProcessor], HiggsAudioV3StoppingCriteria]:
-        """Our logits processors, in the order they run after the user's (the sampling warpers, the delay pattern's
-        BOC, the seeded draw; `warpers` is None for greedy decoding), and the end-of-speech criterion."""
+        """Our logits processors, run after the user's (the warpers (None: greedy), the delay pattern's BOC, the
+        seeded draw), and the end-of-speech criterion."""
         num_codebooks = self.config.num_codebooks
         processors = [
             *(warpers or []),
             HiggsAudioV3DelayPatternLogitsProcessor(num_codebooks, self.config.audio_boc_token_id, prompt_length),
         ]
         if warpers is not None:
-            seeds = self._sequence_seeds(seed, batch_size, device)
+            seed = draw_seed() if seed is None else seed  # once per call
+            values = seed.tolist() if hasattr(seed, "tolist") else seed
+            seeds = torch.tensor(values if isinstance(values, (list, tuple)) else [values] * batch_size, device=device)
             processors.append(HiggsAudioV3SeededSampler(seeds, num_codebooks, prompt_length))
         stopper = HiggsAudioV3StoppingCriteria(batch_size, num_codebooks, self.config.audio_eoc_token_id, prompt_length, device)
         return processors, stopper
@@ -599,16 +536,21 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
     def _audio_generation_output(
         self, outputs, batch_size: int, prompt_length: int, return_dict: bool, output_audio: bool | None
     ) -> HiggsAudioV3GenerationOutput | torch.LongTensor:
-        """Rows, lengths, flags, codes and waveforms, read off the stock loop's `[B * C, L + R]` sequences. Read off the
-        rows, not the stopper's state: a loop that undoes its last step (transformers' deferred stop check on MPS) may
-        have let the stopper see a row that is not returned."""
+        """Rows, lengths, flags, codes and waveforms, read off the stock loop's `[B * C, L + R]` sequences (not the
+        stopper's state: a loop that undoes its last step, the deferred stop check on MPS, returns a row less)."""
         spec = self.config.audio_spec
         generated = outputs.sequences[:, prompt_length:]  # [B * C, R]
         rows = generated.reshape(batch_size, spec.num_codebooks, -1).transpose(1, 2)  # [B, R, C]
         end_row = spec.speech_end_row(rows[..., 0])  # [B]
         lengths = speech_rows(end_row, spec.num_codebooks, rows.shape[1])
         finished = speech_finished(end_row, spec.num_codebooks, rows.shape[1])
-        self._warn_unfinished(finished)
+        if not bool(finished.all()):
+            logger.warning(
+                f"Sequence(s) {torch.nonzero(~finished).flatten().tolist()} reached max_new_tokens without ending "
+                "(codebook 0 emitted no EOC, or the rows after it did not fit): this is the model's known runaway "
+                "failure, usually followed by a silent tail. They are flagged in `finished`; consider shorter text "
+                "chunks or another seed."
+            )
         if not return_dict:
             return rows
         codes, code_lengths = spec.rows_to_codes(rows, lengths)
@@ -620,51 +562,11 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
             return None if steps is None else tuple(s.reshape(batch_size, spec.num_codebooks, -1) for s in steps)
 
         return HiggsAudioV3GenerationOutput(
-            sequences=rows,
-            lengths=lengths,
-            finished=finished,
-            audio_codes=codes,
-            audio_code_lengths=code_lengths,
-            audio=audio,
-            scores=per_row(getattr(outputs, "scores", None)),
-            logits=per_row(getattr(outputs, "logits", None)),
-            attentions=getattr(outputs, "attentions", None),
+            sequences=rows, lengths=lengths, finished=finished, audio_codes=codes, audio_code_lengths=code_lengths,
+            audio=audio, scores=per_row(getattr(outputs, "scores", None)),
+            logits=per_row(getattr(outputs, "logits", None)), attentions=getattr(outputs, "attentions", None),
             hidden_states=getattr(outputs, "hidden_states", None),
         )
-
-    # -------------------------------------------------------------------------------------- generate helpers
-    def _check_generation_options(self, generation_config: GenerationConfig) -> None:
-        for name, off in _UNSUPPORTED_OPTIONS.items():
-            value = getattr(generation_config, name, off)
-            if value is not None and value != off:
-                raise ValueError(
-                    f"generate() does not support {name}={value!r} for audio codes (it has no meaning for the "
-                    f"8-codebook delay pattern). Supported: {_SUPPORTED}."
-                )
-        limit = generation_config.max_new_tokens
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"max_new_tokens must be a positive number of audio rows, got {limit!r}.")
-
-    def _sequence_seeds(self, seed, batch_size: int, device: torch.device) -> torch.LongTensor:
-        if seed is None:
-            seed = draw_seed()  # once per call
-        if isinstance(seed, int):
-            return torch.full((batch_size,), check_seed(seed), dtype=torch.long, device=device)
-        seeds = torch.as_tensor(seed, dtype=torch.long)
-        if seeds.shape != (batch_size,):
-            raise ValueError(f"seed must be an int or one seed per sequence ({batch_size}), got shape {tuple(seeds.shape)}.")
-        for value in seeds.tolist():  # once per call, before any step
-            check_seed(value, "every seed")
-        return seeds.to(device)
-
-    def _warn_unfinished(self, finished: torch.BoolTensor) -> None:
-        if not bool(finished.all()):
-            rows = torch.nonzero(~finished).flatten().tolist()
-            logger.warning(
-                f"Sequence(s) {rows} reached max_new_tokens without ending (codebook 0 emitted no EOC, or the rows after "
-                "it did not fit): this is the model's known runaway failure, usually followed by a silent tail. They "
-                "are flagged in `finished`; consider shorter text chunks or another seed."
-            )
 
     # -------------------------------------------------------------------------------------- stock loop hooks
     def _get_logits_processor(self, *args, **kwargs) -> LogitsProcessorList:
@@ -683,13 +585,9 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         return criteria
 
     def prepare_inputs_for_generation(
-        self,
-        input_ids: torch.LongTensor,
-        audio_input_ids: torch.LongTensor | None = None,
-        audio_input_ids_mask: torch.Tensor | None = None,
-        audio_prompt_length: int | None = None,
-        audio_code_offsets: torch.LongTensor | None = None,
-        **kwargs,
+        self, input_ids: torch.LongTensor, audio_input_ids: torch.LongTensor | None = None,
+        audio_input_ids_mask: torch.Tensor | None = None, audio_prompt_length: int | None = None,
+        audio_code_offsets: torch.LongTensor | None = None, **kwargs,
     ) -> dict:
         if audio_prompt_length is None:  # not called from our generate(): plain text behaviour
             return super().prepare_inputs_for_generation(input_ids, **kwargs)
@@ -697,25 +595,19 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         # rows, codebook 0's; then the embeddings of the positions this step feeds ***
         num_codebooks = self.config.num_codebooks
         model_inputs = super().prepare_inputs_for_generation(input_ids[::num_codebooks], **kwargs)
-        model_inputs["_codebook_rows"] = True  # logits as [B * C, positions, codebook_size], one codebook per row
         window = model_inputs["input_ids"].shape[1]  # positions this step feeds
         num_generated = input_ids.shape[1] - audio_prompt_length
         if num_generated == 0:  # prefill: the prompt, placeholders replaced inside forward
             model_inputs["audio_input_ids"] = audio_input_ids
             model_inputs["audio_input_ids_mask"] = audio_input_ids_mask
             return model_inputs
-        if window == 1 and audio_code_offsets is not None:  # every step with a cache: the newest row only
+        if window == 1:  # every step with a cache: the newest row only
             fused = (input_ids[:, -1:] + audio_code_offsets).view(-1, num_codebooks)  # [B, C] fused-embedding rows
             inputs_embeds = self._embed_fused_rows(fused)[:, None]  # [B, 1, H]
-        elif window <= num_generated:  # the newest rows only
-            rows = input_ids[:, -window:].view(-1, num_codebooks, window).transpose(1, 2)  # [B, window, C]
-            inputs_embeds = self.embed_audio_rows(rows)  # [B, window, H]
-        else:  # without a cache: the whole prompt again, then every row
+        else:  # without a cache: the whole prompt again, then every row (the last `window` positions)
             grid = input_ids.view(-1, num_codebooks, input_ids.shape[1])  # [B, C, L + n]
             rows = grid[:, :, audio_prompt_length:].transpose(1, 2)  # [B, n, C]: rows as emitted
-            prompt = self.build_inputs_embeds(
-                grid[:, 0, :audio_prompt_length], audio_input_ids, audio_input_ids_mask, check_inputs=False
-            )
+            prompt = self.build_inputs_embeds(grid[:, 0, :audio_prompt_length], audio_input_ids, audio_input_ids_mask)
             inputs_embeds = torch.cat([prompt, self.embed_audio_rows(rows).to(prompt.dtype)], dim=1)[:, -window:]
         model_inputs["input_ids"] = None
         model_inputs["inputs_embeds"] = inputs_embeds
@@ -724,12 +616,7 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
 
 
 __all__ = [
-    "HiggsAudioV3DelayPatternLogitsProcessor",
-    "HiggsAudioV3GenerationMixin",
-    "HiggsAudioV3GenerationOutput",
-    "HiggsAudioV3ProgressBar",
-    "HiggsAudioV3StoppingCriteria",
-    "MAX_NEW_TOKENS",
-    "MAX_POSITIONS",
+    "HiggsAudioV3DelayPatternLogitsProcessor", "HiggsAudioV3GenerationMixin", "HiggsAudioV3GenerationOutput",
+    "HiggsAudioV3ProgressBar", "HiggsAudioV3StoppingCriteria", "MAX_NEW_TOKENS", "MAX_POSITIONS",
     "default_generation_config",
 ]

@@ -27,16 +27,24 @@ SEED_LIMIT: int = 2**62
 """Seeds are integers in `[0, SEED_LIMIT)` (they key the counter-based sampler; see `counter_uniform`)."""
 
 
-def check_seed(seed, name: str = "seed") -> int:
-    """`seed` (any integer: Python, numpy, a 0-d integer tensor) as an `int` in `[0, SEED_LIMIT)`; a `ValueError`
-    naming it otherwise."""
+def seed_problem(seed, name: str = "seed") -> str | None:
+    """None if `seed` is an integer (Python, numpy, 0-d tensor) in `[0, SEED_LIMIT)`, else the sentence naming it: THE
+    seed rule (`check_seed` raises it, `generate` collects it)."""
     try:
         value = operator.index(seed) if not isinstance(seed, bool) else None
     except TypeError:
         value = None
     if value is None or not 0 <= value < SEED_LIMIT:
-        raise ValueError(f"{name} must be an integer in [0, 2**{SEED_LIMIT.bit_length() - 1}), got {seed!r}.")
-    return value
+        return f"{name} must be an integer in [0, 2**{SEED_LIMIT.bit_length() - 1}), got {seed!r}."
+    return None
+
+
+def check_seed(seed, name: str = "seed") -> int:
+    """`seed` as an `int` if `seed_problem` finds nothing wrong with it, else its `ValueError`."""
+    problem = seed_problem(seed, name)
+    if problem is not None:
+        raise ValueError(problem)
+    return operator.index(seed)
 
 
 def draw_seed() -> int:
@@ -44,16 +52,25 @@ def draw_seed() -> int:
     return int(torch.randint(0, SEED_LIMIT, (), dtype=torch.long))
 
 
+def sampling_problems(generation_config: GenerationConfig) -> list[str]:
+    """The sampling fields transformers' warpers would take but the spec does not (a `top_p` of 0 or NaN, a `min_p`
+    outside [0, 1]), one sentence each."""
+    top_p, min_p = generation_config.top_p, generation_config.min_p
+    problems = []
+    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
+        problems.append(f"top_p must be a number in (0, 1] (1.0 keeps every code), got {top_p!r}.")
+    if min_p is not None and (isinstance(min_p, bool) or not isinstance(min_p, (int, float)) or not 0 <= min_p <= 1):
+        problems.append(f"min_p must be a number in [0, 1], got {min_p!r}.")
+    return problems
+
+
 def sampling_warpers(generation_config: GenerationConfig) -> list[LogitsProcessor]:
     """transformers' own warpers for the sampling fields, in the spec's order (temperature, top-k, top-p, then min-p);
-    an unset field (None) or its neutral value applies nothing: no hidden default such as a top-k of 50."""
+    an unset field (None) or its neutral value applies nothing: no hidden default such as a top-k of 50. `top_p` in
+    (0, 1] and `min_p` in [0, 1] (`sampling_problems`); the warpers refuse other bad values themselves."""
     temperature, top_k, top_p, min_p = (
         generation_config.temperature, generation_config.top_k, generation_config.top_p, generation_config.min_p
     )
-    if top_p is not None and (isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
-        raise ValueError(f"top_p must be a number in (0, 1] (1.0 keeps every code), got {top_p!r}.")
-    if min_p is not None and (isinstance(min_p, bool) or not isinstance(min_p, (int, float)) or not 0 <= min_p <= 1):
-        raise ValueError(f"min_p must be a number in [0, 1], got {min_p!r}.")
     warpers: list[LogitsProcessor] = []
     if temperature is not None and temperature != 1.0:
         warpers.append(TemperatureLogitsWarper(temperature))
@@ -138,4 +155,7 @@ class HiggsAudioV3SeededSampler(LogitsProcessor):
         return torch.full_like(scores, -float("inf")).scatter_(1, drawn, 0.0)
 
 
-__all__ = ["SEED_LIMIT", "HiggsAudioV3SeededSampler", "check_seed", "counter_uniform", "draw_seed", "sampling_warpers"]
+__all__ = [
+    "SEED_LIMIT", "HiggsAudioV3SeededSampler", "check_seed", "counter_uniform", "draw_seed", "sampling_problems",
+    "sampling_warpers", "seed_problem",
+]

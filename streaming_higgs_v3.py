@@ -2,10 +2,8 @@
 r"""Streamers for Higgs Audio v3 `generate`: waveform chunks while the model speaks, and the row tracking they share.
 
 `generate(..., streamer=s)` calls `s.put(rows)` with each new delayed row `[batch, num_codebooks]` (never the prompt)
-and `s.end()` when it is done. `HiggsAudioV3RowTracker` follows those rows and, per sequence, the row that ends speech
-(`delay_higgs_v3.speech_end_row`, the stopping rule of generation), so it always knows how many codec frames of each
-sequence are complete. `HiggsAudioV3AudioStreamer` decodes them into waveform chunks; the long-form progress display
-counts them.
+and `s.end()` when it is done. `HiggsAudioV3RowTracker` follows those rows and the row that ends each sequence's speech
+(`delay_higgs_v3.speech_end_row`), so it knows the complete codec frames; `HiggsAudioV3AudioStreamer` decodes them.
 """
 
 from __future__ import annotations
@@ -34,16 +32,18 @@ class HiggsAudioV3RowTracker(BaseStreamer):
 
     def put(self, value: torch.Tensor) -> None:
         """Receive the newest delayed row(s): `[batch, num_codebooks]` or `[batch, k, num_codebooks]`."""
-        num_codebooks = self.spec.num_codebooks
+        num_codebooks, batch = self.spec.num_codebooks, None if self.end_row is None else self.end_row.shape[0]
         if value.dim() not in (2, 3) or value.shape[-1] != num_codebooks:
-            raise ValueError(
-                f"A Higgs Audio v3 streamer takes delayed rows [batch, {num_codebooks}] (or [batch, k, {num_codebooks}]),"
-                f" got shape {tuple(value.shape)}; do not pass the prompt."
-            )
+            problem = (f"A Higgs Audio v3 streamer takes delayed rows [batch, {num_codebooks}] (or [batch, k, "
+                       f"{num_codebooks}]), got shape {tuple(value.shape)}; do not pass the prompt.")
+        elif batch not in (None, value.shape[0]):
+            problem = f"The batch size changed from {batch} to {value.shape[0]} while streaming."
+        else:
+            problem = None
+        if problem is not None:
+            raise ValueError(problem)
         if value.dim() == 2:
             value = value[:, None, :]  # [B, 1, C]
-        if self.end_row is not None and value.shape[0] != self.end_row.shape[0]:
-            raise ValueError(f"The batch size changed from {self.end_row.shape[0]} to {value.shape[0]} while streaming.")
         value = value.detach().to(device="cpu", dtype=torch.long)
         end_row = self.spec.speech_end_row(value[:, :, 0], first_row=self.num_rows)  # [B]
         self.end_row = end_row if self.end_row is None else torch.minimum(self.end_row, end_row)
@@ -84,15 +84,10 @@ class HiggsAudioV3AudioStreamer(HiggsAudioV3RowTracker):
     (or the sequence ended). With `context_frames` at least the receptive field, the chunks concatenated equal the
     one-shot decode of the same rows (`model.decode_audio`) up to float rounding.
 
-    Each item is a float32 CPU tensor `[B, (e - s) * samples_per_frame]`; a sequence that already ended gets zeros
-    beyond its end. The first chunk holds `first_chunk_frames` frames (it arrives after about `first_chunk_frames +
-    context_frames + C - 1` rows), the next ones `chunk_frames`, the last one whatever is left.
-
-    Decoding runs inside `put`, i.e. in the thread running `generate`. If `generate` fails, iteration blocks; pass
-    `timeout` (seconds) to get a `queue.Empty` instead.
-
-    Args:
-        model: a `HiggsAudioV3ForConditionalGeneration` with its codec (its config gives the audio constants).
+    Each item is a float32 CPU tensor `[B, (e - s) * samples_per_frame]` (zeros beyond a sequence's end): first
+    `first_chunk_frames` frames (after about `first_chunk_frames + context_frames + C - 1` rows), then `chunk_frames`,
+    then what is left. Decoding runs inside `put`, in the thread running `generate`; if `generate` fails, iteration
+    blocks: pass `timeout` (seconds) to get a `queue.Empty` instead. `model` must have its codec.
 
     Example:
 
@@ -105,23 +100,15 @@ class HiggsAudioV3AudioStreamer(HiggsAudioV3RowTracker):
     ```
     """
 
-    def __init__(
-        self,
-        model,
-        first_chunk_frames: int = 10,
-        chunk_frames: int = 25,
-        context_frames: int = 12,
-        timeout: float | None = None,
-    ):
-        if getattr(model, "codec", None) is None:
-            raise ValueError("Streaming audio needs the model's codec; this model has none (config.codec_config is None).")
+    def __init__(self, model, first_chunk_frames: int = 10, chunk_frames: int = 25, context_frames: int = 12,
+                 timeout: float | None = None):
+        self.codec = model._require_codec("Streaming audio")
         if first_chunk_frames < 1 or chunk_frames < 1 or context_frames < 0:
             raise ValueError(
                 f"first_chunk_frames ({first_chunk_frames}) and chunk_frames ({chunk_frames}) must be at least 1 and "
                 f"context_frames ({context_frames}) at least 0."
             )
         super().__init__(model.config.audio_spec, keep_rows=True)
-        self.codec = model.codec
         self.first_chunk_frames = first_chunk_frames
         self.chunk_frames = chunk_frames
         self.context_frames = context_frames

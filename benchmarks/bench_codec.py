@@ -29,7 +29,7 @@ from higgs_v3 import audio_io_higgs_v3, codec_higgs_v3
 from higgs_v3.audio_io_higgs_v3 import prepare_reference_waveform
 from higgs_v3.codec_higgs_v3 import HiggsAudioV3Codec
 from higgs_v3.testing.tiny import tiny_codec_config
-from higgs_v3.configuration_higgs_v3 import REAL_CODEC_CONFIG
+from higgs_v3.conversion.original_format import REAL_CODEC_CONFIG
 
 
 def parse_args(argv):
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     H.setup(args.threads)
     args.clock = H.resolve_clock(args.clock, args.threads)
     codec = build_codec(args.tiny)
-    rate, hop = codec.sampling_rate, codec.hop_length
+    rate, hop = codec.config.sample_rate, codec.config.hop_length
     generator = torch.Generator().manual_seed(0)
     variants, inputs = {}, {}
     resamplers = {"torchaudio-alg": codec_higgs_v3.resample_audio}
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         resamplers["soxr"] = soxr_resample
     for seconds in args.seconds:
         frames = max(1, round(seconds * rate / hop))
-        codes = torch.randint(0, codec.config.codebook_size, (args.batch, codec.num_quantizers, frames),
+        codes = torch.randint(0, codec.config.codebook_size, (args.batch, codec.config.num_quantizers, frames),
                               generator=generator)
         audio = 0.1 * torch.randn(args.batch, 1, frames * hop, generator=generator)
         inputs[seconds] = (codes, audio)

@@ -11,6 +11,16 @@ finished rows every step, as ours does for EOC; the id never fires), which the t
     python benchmarks/bench_decode.py --dtype both            # + real width fp32 (about 7 minutes; docs/PERFORMANCE.md)
     python benchmarks/bench_decode.py --width tiny --rounds 3
     python benchmarks/bench_decode.py --width real --dtype bf16 --batch 1 --mode greedy --method diff
+    python benchmarks/bench_decode.py --devices --width real --batch 1 16 --rounds 5   # the two speed devices
+
+`--devices` also runs ours with each of the two speed devices of the stock loop's bookkeeping flipped from what the
+product ships (`flipped`), interleaved with the rest, and prints `device on / device off` per round (median, spread,
+and in how many rounds the device was faster: a sign test against the machine's noise):
+- `signature`: a stored `forward.__signature__`. For a remote-code model (`_auto_class` set), transformers runs
+  `inspect.signature(self.forward)` in `prepare_inputs_for_generation` on every step (to look for `cache_position`);
+  a stored signature makes that a lookup.
+- `list`: a `LogitsProcessorList` that reads each processor's signature once per call, not on every step as the
+  stock one does.
 
 Widths: tiny (hidden 64) and the real layer width (hidden 2560, MLP 9728, 32/8 heads, head_dim 128); 2 layers.
 The step is timed from inside `generate` (median interval between streamed rows after the first --short rows,
@@ -23,9 +33,12 @@ cost at batch 16 <= 0.2x batch 1 at real width.
 
 from __future__ import annotations
 
+import contextlib
+import inspect
 import sys
 
 import torch
+from transformers import GenerationMixin, LogitsProcessorList
 
 import _harness as H
 
@@ -44,6 +57,8 @@ def parse_args(argv):
     parser.add_argument("--short", type=int, default=8, help="rows not timed (prefill and delay window); diff: short run")
     parser.add_argument("--long", type=int, default=32, help="rows per timed run; diff: long run")
     parser.add_argument("--method", choices=["stream", "diff"], default="stream")
+    parser.add_argument("--devices", action="store_true",
+                        help="also time ours with each speed device flipped (see the module doc)")
     args = parser.parse_args(argv)
     H.check_positive(rounds=args.rounds, short=args.short, long=args.long, batch=min(args.batch))
     if args.long < args.short + 2:
@@ -59,6 +74,64 @@ def model_groups(args) -> list[tuple[str, str]]:
     if args.width in ("real", "both"):
         groups += [("real", d) for d in (["bf16", "fp32"] if args.dtype == "both" else [args.dtype])]
     return groups
+
+
+class SignatureOnceList(LogitsProcessorList):
+    """The `list` device: `LogitsProcessorList` that reads each processor's signature once, not on every step (the
+    stock contract otherwise: a processor with parameters beyond `(input_ids, scores)` gets the keyword arguments)."""
+
+    def __call__(self, input_ids, scores, **kwargs):
+        extra = self.__dict__.get("_extra")
+        if extra is None or len(extra) != len(self):
+            extra = self._extra = [list(inspect.signature(p.__call__).parameters)[2:] for p in self]
+        for processor, names in zip(self, extra):
+            scores = processor(input_ids, scores, **kwargs) if names else processor(input_ids, scores)
+        return scores
+
+
+DEVICES = ("signature", "list")
+
+
+def shipped(model, device: str) -> bool:
+    """Whether the product ships `device` (see the module doc)."""
+    cls = type(model)
+    if device == "signature":
+        return "__signature__" in vars(cls.forward)
+    return cls._get_logits_processor is not GenerationMixin._get_logits_processor
+
+
+@contextlib.contextmanager
+def flipped(model, device: str):
+    """`device` switched to the other state than the product's for the block, restored afterwards."""
+    cls, on = type(model), not shipped(model, device)
+    if device == "signature":
+        forward = cls.forward
+        saved = vars(forward).get("__signature__")
+        if on:
+            forward.__signature__ = inspect.signature(forward)
+        else:
+            del forward.__signature__
+        try:
+            yield
+        finally:
+            if saved is None:
+                vars(forward).pop("__signature__", None)
+            else:
+                forward.__signature__ = saved
+        return
+    saved = vars(cls).get("_get_logits_processor")
+
+    def with_list(self, *args, **kwargs):
+        return SignatureOnceList(GenerationMixin._get_logits_processor(self, *args, **kwargs))
+
+    cls._get_logits_processor = with_list if on else GenerationMixin._get_logits_processor
+    try:
+        yield
+    finally:
+        if saved is None:
+            del cls._get_logits_processor
+        else:
+            cls._get_logits_processor = saved
 
 
 def measure_case(ours, baseline, batch: int, mode: str, args) -> dict:
@@ -94,14 +167,29 @@ def measure_case(ours, baseline, batch: int, mode: str, args) -> dict:
         return diff
 
     variants = {"ours": ours_rows, "qwen3": qwen3_rows, "qwen3_noeos": qwen3_noeos_rows}
+    for device in DEVICES if args.devices else ():
+        def flipped_rows(rows, streamer=None, device=device):
+            with flipped(ours, device):
+                return ours_rows(rows, streamer)
+
+        variants[f"ours_{device}_flipped"] = flipped_rows
     with torch.inference_mode():
         for fn in variants.values():  # warm-up (allocator, first-call paths)
             fn(args.short + 2)
-        runs = H.interleaved({name: timed(fn, name != "ours") for name, fn in variants.items()}, args.rounds,
-                             warmup=0)
+        runs = H.interleaved({name: timed(fn, not name.startswith("ours")) for name, fn in variants.items()},
+                             args.rounds, warmup=0)
         # Deterministic companions of the timings: torch calls and host reads per step (4 steps after the window).
         counts = {name: H.calls_per_step(fn, args.short + 1, args.short + 5) for name, fn in variants.items()}
     best = min(r["step_s"] for r in runs["ours"]) / min(r["step_s"] for r in runs["qwen3"])
+    devices = {}
+    for device in DEVICES if args.devices else ():
+        on, off = runs[f"ours_{device}_flipped"], runs["ours"]
+        if shipped(ours, device):
+            on, off = off, on
+        devices[device] = {"shipped": shipped(ours, device), "on_ms": H.summarize([1e3 * r["step_s"] for r in on]),
+                           "off_ms": H.summarize([1e3 * r["step_s"] for r in off]),
+                           "on_over_off": H.ratio_summary(on, off),
+                           "rounds_on_faster": sum(a["step_s"] < b["step_s"] for a, b in zip(on, off))}
     return {
         "batch": batch,
         "mode": mode,
@@ -112,6 +200,7 @@ def measure_case(ours, baseline, batch: int, mode: str, args) -> dict:
         "ratio_strict": H.ratio_summary(runs["ours"], runs["qwen3_noeos"]),
         "best_ratio": best,
         "calls_per_step": counts,
+        "devices": devices,
     }
 
 
@@ -205,6 +294,13 @@ def main(argv: list[str] | None = None) -> int:
           "min-max of those; best = best ours / best qwen3; strict = ours / qwen3 without any end-of-text id; calls "
           "and host reads per step (ours/qwen3/no-eos) counted at the Python level:")
     print(H.format_table([flat_row(r) for r in results], columns))
+    for r in results:
+        for device, d in r["devices"].items():
+            ratio = d["on_over_off"]
+            print(f"  {r['width']} {r['dtype']} b{r['batch']} {r['mode']}: {device} device (shipped: {d['shipped']}) "
+                  f"on {d['on_ms']['median']:.3f} ms / off {d['off_ms']['median']:.3f} ms = {ratio['median']:.3f} "
+                  f"(per round {ratio['min']:.3f}-{ratio['max']:.3f}; on faster in {d['rounds_on_faster']} of "
+                  f"{ratio['n']} rounds)")
     streams = per_stream(results)
     for s in streams:
         target = f" (target <= {s['target']}: {s['verdict']})" if s["target"] is not None else ""

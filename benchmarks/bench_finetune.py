@@ -135,7 +135,7 @@ def real_memory(positions: list[int], rank: int) -> list[dict]:
 
     from higgs_v3 import HiggsAudioV3Config
     from higgs_v3.codec_higgs_v3 import HiggsAudioV3Codec
-    from higgs_v3.configuration_higgs_v3 import REAL_CODEC_CONFIG
+    from higgs_v3.conversion.original_format import REAL_CODEC_CONFIG
 
     config = HiggsAudioV3Config()  # the real model's shapes (spec/reference/config.json)
     with torch.device("meta"):

@@ -36,9 +36,8 @@ def real_model_parts() -> dict[str, int]:
     """Element counts of the real model by part: the layers' projections, the norms, the token embedding, the fused
     audio embedding (the audio head is tied to it, the text head to the token embedding), the codec; and the rows of
     the projections (one int8 scale per output row)."""
-    from higgs_v3.configuration_higgs_v3 import REAL_CODEC_CONFIG
     from higgs_v3.conversion.original_format import (
-        AUDIO_EMBEDDING, TEXT_EMBEDDING, codec_tensor_shapes, original_config, original_lm_shapes,
+        AUDIO_EMBEDDING, REAL_CODEC_CONFIG, TEXT_EMBEDDING, codec_tensor_shapes, original_config, original_lm_shapes,
     )
 
     shapes = original_lm_shapes(original_config())
@@ -87,7 +86,7 @@ def codec_decode_stages() -> list[dict]:
     """The real codec's decoder, stage by stage (the DAC decoder after `fc2`: a convolution at the frame rate, then one
     block per upsampling ratio, each halving the channels): channels, samples per second of audio, and the MiB one fp32
     activation of that stage takes per second of audio. Computed from the codec config."""
-    from higgs_v3.configuration_higgs_v3 import REAL_CODEC_CONFIG
+    from higgs_v3.conversion.original_format import REAL_CODEC_CONFIG
 
     acoustic = REAL_CODEC_CONFIG["acoustic_model_config"]
     rate = REAL_CODEC_CONFIG["sample_rate"] / math.prod(acoustic["upsampling_ratios"])  # 25 frames per second

@@ -40,9 +40,8 @@ def write_synthetic_original(directory: Path, *, hidden: int, layers: int, seed:
     import torch
     from safetensors.torch import save_file
 
-    from higgs_v3.configuration_higgs_v3 import REAL_CODEC_CONFIG
     from higgs_v3.conversion.original_format import (
-        CODEC_PREFIX, codec_tensor_shapes, original_config, original_lm_shapes,
+        CODEC_PREFIX, REAL_CODEC_CONFIG, codec_tensor_shapes, original_config, original_lm_shapes,
     )
     from higgs_v3.testing.tiny import random_lm_tensor, write_codec_config_file, write_original_metadata
 

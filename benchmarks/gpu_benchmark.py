@@ -63,7 +63,7 @@ from transformers import CompileConfig
 
 import _harness as H
 from higgs_v3.testing.tiny import tiny_codec_config
-from higgs_v3.configuration_higgs_v3 import REAL_CODEC_CONFIG
+from higgs_v3.conversion.original_format import REAL_CODEC_CONFIG
 from higgs_v3.modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
 from higgs_v3.streaming_higgs_v3 import HiggsAudioV3AudioStreamer
 
@@ -473,7 +473,7 @@ def quantized_check(model, saved: Path, args) -> list[dict]:
     device = args.device
     inputs = H.ours_prompt(model.config, 1, args.prompt_length, device=device)
     with torch.inference_mode():
-        reference = model(**inputs, logits_to_keep=1).logits.float()  # [1, 1, C, V]
+        reference = model(**inputs, logits_to_keep=1).logits.float()  # [C, 1, V]
     projections = {name for name, module in model.named_modules()
                    if isinstance(module, torch.nn.Linear) and name.startswith("model.layers.")}
     results = []
@@ -494,7 +494,7 @@ def quantized_check(model, saved: Path, args) -> list[dict]:
                      and not any(isinstance(m, (bnb.nn.Linear8bitLt, bnb.nn.Linear4bit))
                                  for m in quantized.codec.modules())
                      and all(p.dtype == torch.float32 for p in quantized.codec.parameters()))
-        codec_device = quantized._codec_device.type
+        codec_device = quantized.codec.device.type
         with torch.inference_mode(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
             logits = quantized(**inputs, logits_to_keep=1).logits.float()

@@ -169,7 +169,8 @@ report["tied_text_head"] = model.lm_head.weight is model.get_input_embeddings().
 report["codec_dtypes"] = sorted({str(p.dtype) for p in model.codec.parameters()}) if model.codec is not None else None
 inputs = load_file(inputs_path)
 with torch.no_grad():
-    logits = model(input_ids=inputs["input_ids"], audio_input_ids=inputs["rows"]).logits[0].float().contiguous()
+    logits = model(input_ids=inputs["input_ids"], audio_input_ids=inputs["rows"]).logits  # [C, L, V]: one prompt
+    logits = logits.transpose(0, 1).float().contiguous()  # [L, C, V]
 save_file({"logits": logits}, output_path)
 print("HIGGS_V3_VERIFY " + json.dumps(report))
 """

@@ -255,7 +255,7 @@ TINY_CODEC_OVERRIDES: dict = {
 def tiny_codec_config() -> dict:
     """`REAL_CODEC_CONFIG` shrunk by `TINY_CODEC_OVERRIDES`: the real strides (24 kHz, hop 960, 8 quantizers,
     codebook 1024) with tiny widths. A fresh dict."""
-    from ..configuration_higgs_v3 import REAL_CODEC_CONFIG
+    from ..conversion.original_format import REAL_CODEC_CONFIG
 
     config = copy.deepcopy(REAL_CODEC_CONFIG)
     for key, value in copy.deepcopy(TINY_CODEC_OVERRIDES).items():

@@ -233,29 +233,27 @@ def test_decode_frames_groups_equal_lengths(codec, monkeypatch):
 
 
 def test_decode_refusals(model, tts_model):
+    """A model without a codec: one method, one wording, for every way to the codec (the streamer built directly
+    too). Bad rows: the codes rule (`delay_higgs_v3.check_codes`) with the delayed rows' range."""
     rows = torch.zeros(1, 9, C, dtype=torch.long)
     for purpose, call in (("Decoding codes to audio", lambda: model.decode_audio(rows)),
-                          ("Streaming audio", model.audio_streamer)):
+                          ("Streaming audio", model.audio_streamer),
+                          ("Streaming audio", lambda: HiggsAudioV3AudioStreamer(model)),
+                          ("output_audio=True", lambda: model.generate(input_ids=torch.tensor([[151667, 151672, 151670]]),
+                                                                       output_audio=True))):
         with pytest.raises(ValueError, match=re.escape(
             f"{purpose} needs the codec, and this model has none (config.codec_config is None): load a converted "
             "checkpoint that includes it."
         )):
             call()
-    with pytest.raises(ValueError, match=re.escape(
-        "Streaming audio needs the model's codec; this model has none (config.codec_config is None)."
-    )):
-        HiggsAudioV3AudioStreamer(model)
-    for rows in (torch.zeros(9, C, dtype=torch.long), torch.zeros(1, 9, 4, dtype=torch.long)):
-        with pytest.raises(ValueError, match=re.escape(
-            f"sequences must be delayed rows [batch, rows, 8], got shape {tuple(rows.shape)}."
-        )):
+    rule = "Sequences must be integer codes [batch, frames, 8] with at least 1 frame, each in 0..1025; got "
+    for rows, got in ((torch.zeros(9, C, dtype=torch.long), "shape (9, 8)"),
+                      (torch.zeros(1, 9, 4, dtype=torch.long), "shape (1, 9, 4)"),
+                      (torch.full((1, 9, C), -1), "values from -1 to -1"),
+                      (torch.full((1, 9, C), 1026), "values from 1026 to 1026"),
+                      (torch.zeros(1, 9, C), "Tensor of dtype torch.float32")):
+        with pytest.raises(ValueError, match=re.escape(rule + got + ".")):
             tts_model.decode_audio(rows)
-    with pytest.raises(ValueError, match=re.escape(
-        "sequences contains codes from -1 to -1; codes must lie in 0..1025 (codec codes 0..1023, BOC=1024, EOC=1025)."
-    )):
-        tts_model.decode_audio(torch.full((1, 9, C), -1))
-    with pytest.raises(ValueError, match=re.escape("sequences must hold integer codes, got dtype torch.float32.")):
-        tts_model.decode_audio(torch.zeros(1, 9, C))
 
 
 def test_decode_audio_warns_about_sequences_without_a_frame(tts_model, monkeypatch):

@@ -145,8 +145,8 @@ def test_pinned_model_never_stops_and_eoc_logit_is_zero(tiny_pair):
     inputs = H.ours_prompt(ours.config, 2, 12)
     out = ours.generate(**inputs, max_new_tokens=30, do_sample=False, return_dict_in_generate=True)
     assert out.lengths.tolist() == [30, 30] and not out.finished.any()
-    logits = ours(**inputs).logits  # [B, L, C, V]
-    assert torch.all(logits[..., 0, ours.config.audio_eoc_token_id] == 0)
+    logits = ours(**inputs).logits.view(2, 8, -1, 1026)  # [B * C, L, V] -> [B, C, L, V]
+    assert torch.all(logits[:, 0, :, ours.config.audio_eoc_token_id] == 0)
 
 
 def test_qwen3_baseline_is_the_same_backbone_and_head(tiny_pair):
@@ -155,7 +155,7 @@ def test_qwen3_baseline_is_the_same_backbone_and_head(tiny_pair):
     ours_hidden = ours.model(inputs_embeds=embeds).last_hidden_state
     torch.testing.assert_close(baseline.model(inputs_embeds=embeds).last_hidden_state, ours_hidden, rtol=0, atol=0)
     assert baseline.lm_head.weight.shape == (8 * 1026, ours.config.hidden_size)
-    torch.testing.assert_close(baseline.lm_head(ours_hidden), ours.audio_logits(ours_hidden).flatten(-2))
+    torch.testing.assert_close(baseline.lm_head(ours_hidden), ours.audio_head(ours_hidden))
 
 
 def test_prompts_have_the_asked_length_and_layout(tiny_pair):
@@ -309,6 +309,27 @@ def test_bench_decode_bad_options(capsys):
     with pytest.raises(SystemExit):
         script("bench_decode").main(["--short", "8", "--long", "9"])
     assert "--long (9) must exceed --short (8) by at least 2." in capsys.readouterr().err
+
+
+def test_bench_decode_flips_each_speed_device_and_restores_it(tiny_pair):
+    """`--devices` flips the stored forward signature and the signature-once logits processor list from what ships
+    (both ship), for one block, restoring them after; the rows generated are the same either way."""
+    bench, ours = script("bench_decode"), tiny_pair[0]
+    forward, inputs = type(ours).forward, H.ours_prompt(ours.config, 1, 12)
+    assert bench.shipped(ours, "signature") and bench.shipped(ours, "list")
+    stored = vars(forward)["__signature__"]
+    expected = ours.generate(**inputs, max_new_tokens=10, do_sample=False)
+    with bench.flipped(ours, "signature"):
+        assert "__signature__" not in vars(forward)
+        assert torch.equal(ours.generate(**inputs, max_new_tokens=10, do_sample=False), expected)
+    assert vars(forward)["__signature__"] is stored
+    with bench.flipped(ours, "list"):
+        processors = ours._get_logits_processor(generation_config=ours.generation_config, input_ids_seq_length=1,
+                                                encoder_input_ids=None, prefix_allowed_tokens_fn=None,
+                                                logits_processor=LogitsProcessorList())
+        assert type(processors) is LogitsProcessorList
+        assert torch.equal(ours.generate(**inputs, max_new_tokens=10, do_sample=False), expected)
+    assert bench.shipped(ours, "list")
 
 
 @pytest.mark.integration

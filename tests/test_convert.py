@@ -28,7 +28,8 @@ import higgs_v3.conversion.cache as cache
 import higgs_v3.convert_checkpoint as cc
 import higgs_v3.conversion.original_format as original_format
 import higgs_v3.conversion.verification as verification
-from higgs_v3.configuration_higgs_v3 import REAL_CODEC_CONFIG, HiggsAudioV3Config
+from higgs_v3.configuration_higgs_v3 import HiggsAudioV3Config
+from higgs_v3.conversion.original_format import REAL_CODEC_CONFIG
 from higgs_v3.conversion.repo import (
     check_output_folder,
     push_folder_to_hub,
@@ -687,7 +688,7 @@ def test_without_a_codec_config_file_the_real_one_is_required(broken, guarded_ou
     message = str(error.value)
     assert message.startswith(
         f"The {_codec_tensor_count(broken)} codec tensors under '{CODEC_PREFIX}' do not match the real codec config "
-        "(configuration_higgs_v3.REAL_CODEC_CONFIG): "
+        "(conversion.original_format.REAL_CODEC_CONFIG): "
     )
     assert re.search(r": \d+ missing \(e\.g\. \['semantic_model\.encoder\.layers\.10\..+\]\); \d+ with another shape "
                      r"\(e\.g\. \['acoustic_decoder\..+ \(the config gives \(.+\)\)'.*\]\)\. Pass", message)
@@ -750,7 +751,7 @@ def test_untied_heads_are_written_and_match_the_reference_forward(untied_origina
     input_ids, rows = verification.verification_prompt(model.config)
     reference = verification.reference_audio_logits(source, input_ids, rows, torch.float32)
     with torch.no_grad():
-        logits = model(input_ids=input_ids, audio_input_ids=rows).logits[0]
+        logits = model(input_ids=input_ids, audio_input_ids=rows).logits.transpose(0, 1)  # [C, L, V] -> [L, C, V]
     assert verification.compare_logits(logits, reference)[0] < 1e-4
     # The reference really uses the untied head: with the embedding instead, the logits differ.
     tied_logits = (model.model(input_ids=None, inputs_embeds=model.build_inputs_embeds(input_ids, rows))
@@ -873,7 +874,7 @@ def test_reference_forward_matches_the_converted_model(original, converted):
     input_ids, rows = verification.verification_prompt(model.config)
     reference = verification.reference_audio_logits(read_original(original), input_ids, rows, torch.bfloat16)
     with torch.no_grad():
-        logits = model(input_ids=input_ids, audio_input_ids=rows).logits[0]
+        logits = model(input_ids=input_ids, audio_input_ids=rows).logits.transpose(0, 1)  # [C, L, V] -> [L, C, V]
     max_abs_diff, tolerance = verification.compare_logits(logits, reference)
     assert max_abs_diff <= 1e-4 < tolerance
     # A wrong mapping (q_norm and k_norm swapped) is caught.
@@ -882,7 +883,7 @@ def test_reference_forward_matches_the_converted_model(original, converted):
         q_norm = layer.q_norm.weight.clone()
         layer.q_norm.weight.copy_(layer.k_norm.weight)
         layer.k_norm.weight.copy_(q_norm)
-        swapped = model(input_ids=input_ids, audio_input_ids=rows).logits[0]
+        swapped = model(input_ids=input_ids, audio_input_ids=rows).logits.transpose(0, 1)
     with pytest.raises(ConversionError, match=r"Verification failed: the converted model's audio logits differ from "
                                               r"the original tensors' forward by max \|diff\| = \S+, above the "
                                               r"tolerance \S+\."):

@@ -18,6 +18,8 @@ from hypothesis.extra.numpy import arrays
 
 from higgs_v3 import HiggsAudioV3Config
 from higgs_v3.delay_higgs_v3 import (
+    check_codes,
+    codes_problem,
     NO_END,
     HiggsAudioV3AudioSpec,
     apply_delay_pattern,
@@ -102,15 +104,46 @@ def test_empty_and_batched_shapes():
     assert speech_rows(torch.tensor([NO_END, 9]), 8, torch.tensor([20, 12])).tolist() == [20, 12]  # 9 + 7 > 12
 
 
-def test_shape_errors():
-    message = "codes must have shape [..., frames, codebooks] with at least one frame, got (2, 0, 8)."
-    with pytest.raises(ValueError, match=re.escape(message)):
-        apply_delay_pattern(torch.zeros(2, 0, 8, dtype=torch.long), BOC, EOC)
-    with pytest.raises(ValueError, match=re.escape("got (8,).")):
-        apply_delay_pattern(torch.zeros(8, dtype=torch.long), BOC, EOC)
-    with pytest.raises(ValueError, match=re.escape("5 delayed rows are fewer than the 7 rows the delay adds.")):
-        revert_delay_pattern(torch.zeros(5, 8, dtype=torch.long))
+def test_revert_of_fewer_rows_than_a_frame_is_empty():
     assert revert_delay_pattern(torch.zeros(3, 7, 8, dtype=torch.long)).shape == (3, 0, 8)  # no complete frame
+
+
+LONG = torch.long
+
+
+@pytest.mark.parametrize(
+    "codes, options, got",
+    [
+        (torch.zeros(2, 8, dtype=LONG), {}, None),
+        (np.zeros((1, 3, 8), dtype=np.int16), {"min_frames": 3}, None),
+        (torch.full((2, 4, 8), 1023, dtype=torch.int32), {"batched": True}, None),
+        (torch.zeros(2, 8, dtype=LONG), {"min_frames": 3}, "shape (2, 8)"),
+        (torch.zeros(8, dtype=LONG), {}, "shape (8,)"),
+        (torch.zeros(2, 7, dtype=LONG), {}, "shape (2, 7)"),
+        (torch.zeros(2, 8, dtype=LONG), {"batched": True}, "shape (2, 8)"),
+        (torch.zeros(2, 8), {}, "Tensor of dtype torch.float32"),
+        (torch.zeros(2, 8, dtype=torch.bool), {}, "Tensor of dtype torch.bool"),
+        (np.zeros((2, 8)), {}, "ndarray of dtype float64"),
+        ([[0] * 8], {}, "list"),
+        (torch.tensor([[0] * 7 + [1024]]), {}, "values from 0 to 1024"),
+        (torch.tensor([[-1] * 8]), {}, "values from -1 to -1"),
+    ],
+)
+def test_the_codes_rule(codes, options, got):
+    """`check_codes` / `codes_problem`, the one home of the codes rule, in its one wording."""
+    problem = codes_problem(codes, 8, 1024, "the codes", **options)
+    if got is None:
+        assert problem is None
+        checked = check_codes(codes, 8, 1024, "the codes", **options)
+        assert checked.dtype == torch.long and torch.equal(checked, torch.as_tensor(codes).long())
+        return
+    min_frames, batched = options.get("min_frames", 1), options.get("batched", False)
+    expected = (f"The codes must be integer codes [{'batch' if batched else '...'}, frames, 8] with at least "
+                f"{min_frames} frame{'s' if min_frames > 1 else ''}, each in 0..1023; got {got}.")
+    assert problem == expected
+    with pytest.raises(ValueError) as error:
+        check_codes(codes, 8, 1024, "the codes", **options)
+    assert str(error.value) == expected
 
 
 # ---------------------------------------------------------------------------------------------- audio spec
@@ -144,6 +177,8 @@ def test_audio_spec_defaults_and_config():
         (dict(frame_rate=7), "sampling_rate=24000 must be a positive multiple of frame_rate=7."),
         (dict(frame_rate=0), "sampling_rate=24000 must be a positive multiple of frame_rate=0."),
         (dict(sampling_rate=-24000), "sampling_rate=-24000 must be a positive multiple of frame_rate=25."),
+        (dict(num_codebooks=1, frame_rate=0), "rows), got 1. sampling_rate=24000 must be a positive multiple of "
+                                              "frame_rate=0."),  # every problem, in one error
     ],
 )
 def test_audio_spec_validation(fields, message):

@@ -252,13 +252,13 @@ def test_output_audio_without_a_codec_is_refused_before_generating(model):
 
 
 def test_steps_without_a_cache_do_not_check_the_prompt_again(model, monkeypatch):
-    """Without a KV cache every step embeds the prompt again; its checks (host reads) ran once, in the prefill."""
+    """Without a KV cache every step embeds the prompt again; its checks (host reads) ran once, at `generate`'s entry."""
     from oracles import clone_prompt
 
     calls = []
-    check = type(model)._check_codes
-    monkeypatch.setattr(type(model), "_check_codes", lambda self, codes, name: calls.append(name) or check(self, codes, name))
+    check = generation_higgs_v3.codes_problem
+    monkeypatch.setattr(generation_higgs_v3, "codes_problem", lambda *args: calls.append(args[3]) or check(*args))
     reference = torch.randint(0, 1024, (4, C), generator=torch.Generator().manual_seed(5))
     model.generate(input_ids=clone_prompt(4)[None], audio_input_ids=reference, do_sample=False, max_new_tokens=5,
                    use_cache=False)
-    assert calls == ["audio_input_ids"]
+    assert calls == ["the reference rows (audio_input_ids)"]

@@ -140,7 +140,8 @@ def test_teacher_forcing_equals_generation(processor, with_reference):
     with torch.no_grad():
         forward = model(**example)
     steps = torch.stack(out.logits, dim=1)[0]  # [rows, C, V]
-    assert torch.allclose(forward.logits[0, prompt_length - 1 : -1], steps, atol=1e-4, rtol=1e-4)
+    logits = forward.logits.transpose(0, 1)  # [C, L, V] (one example) -> [L, C, V]
+    assert torch.allclose(logits[prompt_length - 1 : -1], steps, atol=1e-4, rtol=1e-4)
     # The loss is the cross-entropy of exactly those logits against the generated rows.
     expected = torch.stack([torch.nn.functional.cross_entropy(steps[:, c], out.sequences[0, :, c]) for c in range(C)])
     assert torch.allclose(forward.audio_loss_per_codebook, expected, atol=1e-4)
@@ -236,7 +237,8 @@ def test_prepare_examples_encodes_once_and_caches(tmp_path, processor, codec_mod
     assert (len(dataset), dataset.encoded, dataset.cache_hits) == (2, 2, 0)
     for example, item in zip(dataset, items):  # the example is the processor's, built from the codec's codes
         codes = codec_model.encode_target(item.audio)
-        assert codes.shape[0] == codec_model.codec.num_frames(soundfile.info(item.audio).frames)
+        assert codes.shape[0] == processor._get_encoded_length(soundfile.info(item.audio).frames,
+                                                               **processor.encoded_length_kwargs)
         expected = processor(text=item.text, audio_target=codes)
         assert torch.equal(example["audio_labels"], expected["audio_labels"][0])
         assert torch.equal(example["input_ids"], expected["input_ids"][0])

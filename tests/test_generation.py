@@ -184,8 +184,8 @@ def test_processor_signatures_are_read_once_not_per_step(model, monkeypatch):
 
 
 def test_forward_signature_is_stored_and_exact(model):
-    """transformers reads `inspect.signature(model.forward)` every step for remote code; the stored signature must be
-    the function's own."""
+    """transformers reads `inspect.signature(model.forward)` every step for remote code; the signature stored in the
+    class body must be the function's own (nothing is patched onto the class at import)."""
     import inspect
 
     from higgs_v3 import HiggsAudioV3ForConditionalGeneration
@@ -336,6 +336,56 @@ def test_rejected_arguments(model):
         model.generate(input_ids=plain_prompt()[None], max_length=50)
     with pytest.raises(ValueError, match=r"one seed per sequence \(2\), got shape \(3,\)"):
         model.generate(input_ids=plain_prompt()[None].repeat(2, 1), seed=[1, 2, 3], max_new_tokens=4)
+
+
+def test_one_validator_names_every_problem_of_a_call_once(model, monkeypatch):
+    """`generate` checks its arguments once, at its entry, and names every problem in one `ValueError`; the arguments'
+    types and shapes first, then the merged options. `max_new_tokens` is read once: the value that counts."""
+    ids = plain_prompt()[None]
+    with pytest.raises(ValueError) as error:
+        model.generate(input_ids=ids, max_new_tokens=0, do_sample="yes", seed=[1, 2], max_positions=0)
+    assert str(error.value) == (
+        "max_positions must be a positive number of positions or None, got 0. max_new_tokens must be a positive number "
+        "of audio rows, got 0. do_sample must be True or False, got 'yes'.")
+    with pytest.raises(ValueError) as error:
+        model.generate(input_ids=ids, max_new_tokens=3, num_beams=2, top_p=0.0, seed=[1, 2])
+    assert str(error.value).startswith("seed must be an int or one seed per sequence (1), got shape (2,).")
+    with pytest.raises(ValueError) as error:
+        model.generate(input_ids=ids, max_new_tokens=3, num_beams=2, top_p=0.0)
+    assert str(error.value).startswith("generate() does not support num_beams=2 for audio codes")
+    assert str(error.value).endswith("top_p must be a number in (0, 1] (1.0 keeps every code), got 0.0.")
+    from transformers import GenerationConfig
+
+    with pytest.raises(ValueError, match=r"^max_new_tokens must be a positive number of audio rows, got 1\.5\.$"):
+        model.generate(input_ids=ids, generation_config=GenerationConfig(max_new_tokens=4), max_new_tokens=1.5)
+    calls = []
+    monkeypatch.setattr(type(model), "_prompt_problems",
+                        lambda self, *args: calls.append(1) or [])  # the one host read of the prompts
+    model.generate(input_ids=ids, do_sample=False, max_new_tokens=5)
+    assert calls == [1]
+
+
+def test_generate_encodes_reference_clips_once_before_its_loop(processor, monkeypatch):
+    """The processor's clips are encoded once, before the loop (`merge_reference_clips`); no step's forward gets them.
+    The speech equals that of the clip's voice."""
+    from conftest import tiny_tts_model
+
+    model = tiny_tts_model(10)
+    clip = torch.randn(30000, generator=torch.Generator().manual_seed(3)) * 0.1
+    inputs = processor("Hello there.", reference=clip, sampling_rate=24000)
+    encoded, forwards = [], []
+    encode = model.codec.encode_waveform
+    monkeypatch.setattr(model.codec, "encode_waveform", lambda waveform: encoded.append(1) or encode(waveform))
+    handle = model.register_forward_pre_hook(lambda module, args, kwargs: forwards.append(set(kwargs)), with_kwargs=True)
+    try:
+        rows = model.generate(**inputs, do_sample=False, max_new_tokens=10)
+    finally:
+        handle.remove()
+    assert encoded == [1] and len(forwards) == 10
+    assert not any(key.startswith("reference_audio") for keys in forwards for key in keys)
+    voice = model.encode_reference(clip, sampling_rate=24000)
+    assert torch.equal(rows, model.generate(**processor("Hello there.", reference=voice), do_sample=False,
+                                            max_new_tokens=10))
 
 
 @pytest.mark.integration

@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -17,29 +18,39 @@ from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from conftest import tiny_config, tiny_model
 from higgs_v3 import HiggsAudioV3Config, HiggsAudioV3ForConditionalGeneration
+from higgs_v3.conversion.original_format import REAL_CODEC_CONFIG
 from higgs_v3.generation_higgs_v3 import _audio_code_offsets
-from higgs_v3.modeling_higgs_v3 import _codebook_rows
 
 
 C, V = 8, 1026
 PROMPT = [151667, 151679, -100, -100, -100, 151672, 9707, 11, 1879, 151670]
 
 
-def test_forward_shapes_plain_and_placeholder(model):
-    plain = torch.tensor([[151667, 151672, 9707, 151670]])
-    out = model(input_ids=plain)
-    assert out.logits.shape == (1, 4, C, V)
-    assert out.text_logits is None
-    rows = torch.randint(0, V, (3, C))
-    out = model(input_ids=torch.tensor([PROMPT]), audio_input_ids=rows, logits_to_keep=1, return_text_logits=True)
-    assert out.logits.shape == (1, 1, C, V)
-    assert out.text_logits.shape == (1, 1, 151936)
-    # The stock decoding loop's layout (one codebook per row, row b * C + c), asked for by generation only.
-    flat = model(input_ids=torch.tensor([PROMPT]), audio_input_ids=rows, _codebook_rows=True).logits
-    full = model(input_ids=torch.tensor([PROMPT]), audio_input_ids=rows).logits
-    assert flat.shape == (C, len(PROMPT), V)
-    assert torch.equal(flat[3], full[0, :, 3])
-    assert "_codebook_rows" not in inspect.signature(model.forward).parameters  # not part of the public forward
+def test_forward_logits_are_musicgen_rows_of_the_tied_head(model):
+    """`logits` `[batch * C, positions, V]`, row `b * C + c` = codebook `c` of sequence `b`: each row's logits are the
+    backbone's hidden states times that codebook's block of the fused embedding (the head is tied to it), whatever
+    positions are kept (a decode step's one position is a view of the same numbers)."""
+    rows = torch.randint(0, V, (3, C), generator=torch.Generator().manual_seed(0))
+    ids = torch.tensor([PROMPT, [151643] * 4 + [151667, 151672, 9707, 11, 1879, 151670]])
+    mask = (ids != 151643).long()
+    out = model(input_ids=ids, attention_mask=mask, audio_input_ids=rows)
+    hidden = model.model(inputs_embeds=model.build_inputs_embeds(ids, rows), attention_mask=mask).last_hidden_state
+    weight = model.audio_embed.weight  # [C * V, H]
+    expected = torch.stack([hidden[b] @ weight[c * V:(c + 1) * V].T for b in range(2) for c in range(C)])  # [2C, L, V]
+    assert out.logits.shape == (2 * C, len(PROMPT), V) and out.text_logits is None
+    torch.testing.assert_close(out.logits, expected, rtol=0, atol=1e-5)
+    last = model(input_ids=ids, attention_mask=mask, audio_input_ids=rows, logits_to_keep=1, return_text_logits=True)
+    assert last.logits.shape == (2 * C, 1, V) and last.text_logits.shape == (2, 1, 151936)
+    torch.testing.assert_close(last.logits, expected[:, -1:], rtol=0, atol=1e-5)
+    assert model.audio_head.weight is weight
+
+
+def test_forward_takes_exactly_one_of_input_ids_and_inputs_embeds(model):
+    ids = torch.tensor([[151667, 151672, 9707, 151670]])
+    for kwargs in ({}, {"input_ids": ids, "inputs_embeds": model.build_inputs_embeds(ids)}):
+        with pytest.raises(ValueError, match=r"^You must specify exactly one of input_ids or inputs_embeds$"):
+            model(**kwargs)
+    assert "_codebook_rows" not in inspect.signature(model.forward).parameters  # one layout, no private flag
 
 
 def test_placeholder_embeddings_replace_token_embeddings(model):
@@ -55,18 +66,6 @@ def test_placeholder_embeddings_replace_token_embeddings(model):
     padded = torch.cat([rows, torch.zeros(2, C, dtype=torch.long)])[None]
     mask = torch.tensor([[True, True, True, False, False]])
     assert torch.equal(model.build_inputs_embeds(torch.tensor([PROMPT]), padded, mask), embeds)
-
-
-def test_audio_head_is_the_fused_embedding(model):
-    hidden = torch.randn(2, 5, model.config.hidden_size)
-    expected = (hidden @ model.audio_embed.weight.T).view(2, 5, C, V)
-    torch.testing.assert_close(model.audio_logits(hidden), expected)
-    # The stock loop's layout, row b * C + c: the decode-step view (one position) and the general path agree.
-    for positions in (1, 5):
-        grid = model.audio_logits(hidden[:, :positions])  # [2, positions, C, V]
-        flat = _codebook_rows(model.audio_head(hidden[:, :positions]), C, V)
-        assert flat.shape == (2 * C, positions, V)
-        assert torch.equal(flat, grid.transpose(1, 2).reshape(2 * C, positions, V))
 
 
 def test_generation_embedding_path_equals_embed_audio_rows(model):
@@ -100,47 +99,57 @@ def test_tying_holds(model):
 
 
 def test_audio_loss_matches_manual_cross_entropy(model):
+    """The loss reads forward's layout: per codebook, the mean cross-entropy of the logits at `p` against the labels
+    at `p + 1` over every labelled pair of the batch (by hand, one pair at a time); with `logits_to_keep`, over the kept
+    positions."""
     torch.manual_seed(0)
-    ids = torch.tensor([[151667, 151672, 9707, 151670, 0, 0, 0]])
-    rows = torch.randint(0, V, (1, 3, C))
+    ids = torch.tensor([[151667, 151672, 9707, 151670, 0, 0, 0], [151667, 151672, 11, 151670, 0, 0, 0]])
+    rows = torch.randint(0, V, (2, 3, C))
     inputs_embeds = torch.cat([model.build_inputs_embeds(ids[:, :4]), model.embed_audio_rows(rows)], dim=1)
-    labels = torch.full((1, 7, C), -100)
-    labels[0, 4:] = rows[0]
+    labels = torch.full((2, 7, C), -100)
+    labels[:, 4:] = rows
     labels[0, 5, 2] = -100  # one ignored code
     out = model(inputs_embeds=inputs_embeds, audio_labels=labels)
-    logits = out.logits.float()
-    per_codebook = []
-    for c in range(C):
-        pairs = [(p - 1, int(labels[0, p, c])) for p in range(1, 7) if labels[0, p, c] != -100]
-        per_codebook.append(torch.stack([F.cross_entropy(logits[0, p, c], torch.tensor(t)) for p, t in pairs]).mean())
-    expected = torch.stack(per_codebook)
-    torch.testing.assert_close(out.audio_loss_per_codebook, expected)
-    torch.testing.assert_close(out.loss, expected.mean())
+    logits = out.logits.float().view(2, C, 7, V)  # [B, C, L, V]
+    for keep in (0, 3):
+        first = 7 - keep if keep else 0  # positions scored: first .. 6
+        pairs = [[(b, p - 1, int(labels[b, p, c])) for b in range(2) for p in range(first + 1, 7) if labels[b, p, c] != -100]
+                 for c in range(C)]
+        expected = torch.stack([torch.stack([F.cross_entropy(logits[b, c, p], torch.tensor(t)) for b, p, t in pairs[c]])
+                                .mean() for c in range(C)])
+        kept = out if not keep else model(inputs_embeds=inputs_embeds, audio_labels=labels, logits_to_keep=keep)
+        torch.testing.assert_close(kept.audio_loss_per_codebook, expected)
+        torch.testing.assert_close(kept.loss, expected.mean())
     out.loss.backward()
     assert model.audio_embed.weight.grad is not None
     model.zero_grad()
 
 
 # ---------------------------------------------------------------------------------------------- bad input
-def test_placeholder_count_mismatch(model):
-    with pytest.raises(ValueError, match=r"input_ids has 3 reference placeholder positions \(id -100\) but "
-                                         r"audio_input_ids has 2 rows"):
-        model(input_ids=torch.tensor([PROMPT]), audio_input_ids=torch.zeros(2, C, dtype=torch.long))
-    with pytest.raises(ValueError, match=r"input_ids has 3 reference placeholder positions \(id -100\) but no "
-                                         r"audio_input_ids were given"):
-        model(input_ids=torch.tensor([PROMPT]))
-
-
-def test_codes_out_of_range(model):
-    rows = torch.zeros(3, C, dtype=torch.long)
-    rows[1, 4] = 1026
-    with pytest.raises(ValueError, match=r"audio_input_ids contains codes from 0 to 1026; codes must lie in 0\.\.1025"):
-        model(input_ids=torch.tensor([PROMPT]), audio_input_ids=rows)
-    rows[1, 4] = -3
-    with pytest.raises(ValueError, match=r"contains codes from -3 to 0"):
-        model(input_ids=torch.tensor([PROMPT]), audio_input_ids=rows)
-    with pytest.raises(ValueError, match=r"must have 8 codebooks in its last dimension, got shape \(3, 4\)"):
-        model(input_ids=torch.tensor([PROMPT]), audio_input_ids=torch.zeros(3, 4, dtype=torch.long))
+def test_reference_rows_are_checked_once_at_generates_entry(model):
+    """The placeholders against the rows and the rows' codes: refused by `generate` before anything runs (one host
+    read each, never per step); `forward` trusts its inputs (transformers' contract)."""
+    ids, rows = torch.tensor([PROMPT]), torch.zeros(3, C, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"^input_ids has 3 reference placeholder positions \(id -100\) but "
+                                         r"audio_input_ids has 2 rows; each placeholder takes exactly one"):
+        model.generate(input_ids=ids, audio_input_ids=rows[:2], max_new_tokens=2)
+    with pytest.raises(ValueError, match=r"^input_ids has 3 reference placeholder positions \(id -100\) but no "
+                                         r"audio_input_ids were given\.$"):
+        model.generate(input_ids=ids, max_new_tokens=2)
+    for value, got in ((1026, "values from 0 to 1026"), (-3, "values from -3 to 0")):
+        bad = rows.clone()
+        bad[1, 4] = value
+        with pytest.raises(ValueError, match=re.escape(
+                f"The reference rows (audio_input_ids) must be integer codes [..., frames, 8] with at least 1 frame, "
+                f"each in 0..1025; got {got}.")):
+            model.generate(input_ids=ids, audio_input_ids=bad, max_new_tokens=2)
+    with pytest.raises(ValueError, match=re.escape("; got shape (3, 4).")):
+        model.generate(input_ids=ids, audio_input_ids=torch.zeros(3, 4, dtype=torch.long), max_new_tokens=2)
+    with pytest.raises(ValueError, match=re.escape("; got Tensor of dtype torch.float32.")):
+        model.generate(input_ids=ids, audio_input_ids=rows.float(), max_new_tokens=2)
+    with pytest.raises(ValueError, match=re.escape("got (1, 3, 8) and a mask of (1, 2).")):
+        model.generate(input_ids=ids, audio_input_ids=rows[None], audio_input_ids_mask=torch.ones(1, 2), max_new_tokens=2)
+    assert model(input_ids=ids, audio_input_ids=rows).logits.shape == (C, len(PROMPT), V)
 
 
 @pytest.mark.parametrize(
@@ -152,13 +161,48 @@ def test_codes_out_of_range(model):
         (dict(codebook_size=1030), r"BOC and EOC must be the last two entries of each codebook"),
         (dict(tts_token_id=200000), r"tts_token_id=200000 must be a token id in 0\.\.151935"),
         (dict(frame_rate=7), r"sampling_rate=24000 must be a positive multiple of frame_rate=7"),
-        (dict(num_codebooks=4, codec_config=HiggsAudioV3Config.default_codec_config()),
+        (dict(num_codebooks=4, codec_config=REAL_CODEC_CONFIG),
          r"codec_config gives 8 quantizers .* but num_codebooks=4"),
     ],
 )
 def test_inconsistent_config(fields, message):
     with pytest.raises(ValueError, match=message):
         tiny_config(**fields)
+
+
+def test_config_names_every_problem_of_its_audio_fields_and_codec_config_at_once():
+    """One validator: the audio fields and the codec config (keys whose transformers defaults differ from the real
+    codec, sub-configs of another kind) are checked together and every problem is named in one `ValueError`."""
+    from higgs_v3.testing.tiny import tiny_codec_config
+
+    with pytest.raises(ValueError) as error:
+        tiny_config(num_codebooks=1, frame_rate=7, tts_token_id=200000)
+    assert str(error.value) == (
+        "num_codebooks must be at least 2 (the delay pattern's end needs a countdown of num_codebooks - 2 rows), got 1. "
+        "sampling_rate=24000 must be a positive multiple of frame_rate=7. "
+        "tts_token_id=200000 must be a token id in 0..151935 (vocab_size=151936).")
+    cases = {
+        "target_bandwidths": "codec_config lacks ['target_bandwidths']: the codec is always built from a complete "
+                             "config (the transformers defaults differ from the real codec), e.g. the converter's "
+                             "`REAL_CODEC_CONFIG`.",
+        "downsampling_ratios": "codec_config['acoustic_model_config'] lacks ['downsampling_ratios'] (their DAC "
+                               "defaults differ from the codec's).",
+        "wavlm": "codec_config['semantic_model_config'] must be a 'hubert' config, got model_type='wavlm'.",
+    }
+    for case, message in cases.items():
+        codec = tiny_codec_config()
+        if case == "wavlm":
+            codec["semantic_model_config"]["model_type"] = "wavlm"
+        else:
+            (codec["acoustic_model_config"] if case == "downsampling_ratios" else codec).pop(case)
+        with pytest.raises(ValueError) as error:
+            tiny_config(codec_config=codec)
+        assert str(error.value) == message
+    codec = tiny_codec_config()
+    codec["sample_rate"], codec["codebook_size"] = 16000, 1000
+    with pytest.raises(ValueError, match=r"^codec_config sample_rate=16000 differs from sampling_rate=24000\. "
+                                         r"codec_config codebook_size=1000 must equal audio_boc_token_id=1024"):
+        tiny_config(codec_config=codec)
 
 
 # ---------------------------------------------------------------------------------------------- round trips

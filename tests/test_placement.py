@@ -16,6 +16,7 @@ from accelerate.hooks import attach_align_device_hook
 from accelerate.utils import compute_module_sizes
 
 from higgs_v3 import HiggsAudioV3ForConditionalGeneration
+from higgs_v3.codec_higgs_v3 import codec_device_map, place_codec
 
 from higgs_v3.testing import tiny
 
@@ -78,16 +79,19 @@ def _codec_is_plain(model, device: str) -> None:
     assert {t.device.type for t in model.codec.state_dict().values()} == {device}
     assert not any(hasattr(module, "_hf_hook") for module in model.codec.modules())
     assert not any(p.requires_grad for p in model.codec.parameters())
-    assert model._codec_device == torch.device(device)
+    assert model.codec.device == torch.device(device)
 
 
 def test_expand_root_entry_gives_the_root_device_to_the_top_level_modules():
-    expand = HiggsAudioV3ForConditionalGeneration._expand_root_entry
+    def expand(device_map):
+        return codec_device_map(device_map, HiggsAudioV3ForConditionalGeneration._top_level_modules)
+
     assert expand({"": "cuda:0", "codec": "cpu"}) == {
         "model": "cuda:0", "audio_embed": "cuda:0", "audio_head": "cuda:0", "lm_head": "cuda:0", "codec": "cpu"}
     assert expand({"": 0, "lm_head": 1}) == {"model": 0, "audio_embed": 0, "audio_head": 0, "codec": 0, "lm_head": 1}
     deeper = {"": 0, "model.layers.1": 1, "codec": "cpu"}  # the root's modules are not known without the model
     assert expand(deeper) is deeper
+    assert expand("auto") == "auto" and expand({"": "cpu"}) == {"": "cpu"}
 
 
 def test_auto_device_map_splits_the_decoder_layers_and_keeps_the_codec_whole(saved):
@@ -108,20 +112,27 @@ def test_auto_device_map_splits_the_decoder_layers_and_keeps_the_codec_whole(sav
 def test_codec_offloaded_by_accelerate_is_put_back_on_its_device(saved, processor):
     """The state `device_map={"": "cuda:0", "codec": "cpu"}` leaves after accelerate's dispatch (the codec's weights
     replaced by meta tensors, kept in the hook's weights map, hooks around every forward; here the execution device is
-    the CPU): `place_codec_by_device_map` gives the codec its weights back on the CPU and removes the hooks."""
+    the CPU): `place_codec` gives the codec its weights back on the CPU and removes the hooks; without the weights
+    (an offload that lost them) the codec is refused rather than left on the meta device."""
     model, folder, out = saved
     placed = HiggsAudioV3ForConditionalGeneration.from_pretrained(folder).eval()
     attach_align_device_hook(placed.codec, execution_device="cpu", offload=True,
                              weights_map={k: v.clone() for k, v in placed.codec.state_dict().items()})
     assert {p.device.type for p in placed.codec.parameters()} == {"meta"}
     placed.hf_device_map = {"model": "cpu", "audio_embed": "cpu", "audio_head": "cpu", "lm_head": "cpu", "codec": "cpu"}
-    placed.place_codec_by_device_map()
+    place_codec(placed)
     _codec_is_plain(placed, "cpu")
     assert all(torch.equal(a, b) for a, b in zip(placed.codec.state_dict().values(), model.codec.state_dict().values()))
     got = placed.generate(input_ids=torch.tensor(PROMPT), do_sample=False, max_new_tokens=ROWS,
                           return_dict_in_generate=True)
     assert torch.equal(got.audio[0], out.audio[0])
     _check_same_clip_rows(placed, model, processor)
+    lost = HiggsAudioV3ForConditionalGeneration.from_pretrained(folder).eval()
+    lost.codec.to("meta")  # what an offload that lost the weights leaves
+    lost.hf_device_map = {"": "cpu", "codec": "disk"}
+    with pytest.raises(ValueError, match=r"^The codec has weights on the meta device \(\[.+\]\.\.\.\) under device "
+                                         r"map entry 'codec': 'disk' \(offloaded without its weights\); give the codec"):
+        place_codec(lost)
 
 
 @pytest.mark.integration

@@ -15,7 +15,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 from transformers import AutoModel, AutoProcessor
 
-from higgs_v3.configuration_higgs_v3 import REAL_CODEC_CONFIG
+from higgs_v3.conversion.original_format import REAL_CODEC_CONFIG
 from higgs_v3.conversion.repo import check_output_folder
 from higgs_v3.generation_higgs_v3 import MAX_NEW_TOKENS
 from higgs_v3.conversion.original_format import original_config, original_lm_shapes, read_codec_config_file
@@ -585,7 +585,7 @@ def test_tiny_random_model_loads_with_remote_code(tiny_random_dir):
     assert model.codec is not None
     ids = torch.tensor([[151667, 151672, 9707, 151670]])
     logits = model(input_ids=ids).logits
-    assert logits.shape == (1, 4, 8, 1026)
+    assert logits.shape == (8, 4, 1026)  # [batch * num_codebooks, positions, codebook_size]
     # Random codebooks: a clip encodes to varied codes, and different codes decode to different audio.
     torch.manual_seed(0)
     codes = model.codec.encode(torch.randn(1, 1, 960 * 6) * 0.3)
