@@ -19,71 +19,79 @@ from higgs_v3.configuration_higgs_v3 import AUTO_MAP
 ROOT = Path(__file__).resolve().parents[1]
 
 # module -> the package modules it may import (relative imports, anywhere in the file). Modules are named by their
-# dotted path in the package: the flat remote-code modules by their file name, the installed-only ones as `cli.main`.
+# dotted path in the package: the flat modules at the root by their file name, the sub-packages' as `cli.main`.
 MAY_IMPORT: dict[str, set[str]] = {
+    # The remote code: the root's `*_higgs_v3` modules, copied into every converted Hub repo.
     "compat_higgs_v3": set(),
     "delay_higgs_v3": set(),
     "codec_higgs_v3": set(),
+    "sampling_higgs_v3": set(),
+    "chunking_higgs_v3": set(),
     "configuration_higgs_v3": {"delay_higgs_v3"},
     "audio_io_higgs_v3": {"codec_higgs_v3", "delay_higgs_v3"},
     "streaming_higgs_v3": {"delay_higgs_v3"},
-    "sampling_higgs_v3": set(),
     "generation_higgs_v3": {"delay_higgs_v3", "sampling_higgs_v3"},
     "modeling_higgs_v3": {
-        "audio_io_higgs_v3", "chunking_higgs_v3", "codec_higgs_v3", "compat_higgs_v3", "configuration_higgs_v3",
-        "delay_higgs_v3", "generation_higgs_v3", "longform_higgs_v3", "processing_higgs_v3", "sampling_higgs_v3",
+        "audio_io_higgs_v3", "codec_higgs_v3", "compat_higgs_v3", "configuration_higgs_v3", "delay_higgs_v3",
+        "generation_higgs_v3", "sampling_higgs_v3", "streaming_higgs_v3",
+    },
+    "longform_higgs_v3": {
+        "audio_io_higgs_v3", "chunking_higgs_v3", "delay_higgs_v3", "generation_higgs_v3", "sampling_higgs_v3",
         "streaming_higgs_v3",
     },
-    "processing_higgs_v3": {"audio_io_higgs_v3", "codec_higgs_v3", "configuration_higgs_v3", "delay_higgs_v3"},
-    "chunking_higgs_v3": {"processing_higgs_v3"},
-    "longform_higgs_v3": {
-        "audio_io_higgs_v3", "chunking_higgs_v3", "delay_higgs_v3", "generation_higgs_v3", "processing_higgs_v3",
-        "sampling_higgs_v3", "streaming_higgs_v3",
+    "processing_higgs_v3": {
+        "audio_io_higgs_v3", "chunking_higgs_v3", "codec_higgs_v3", "delay_higgs_v3", "generation_higgs_v3",
+        "longform_higgs_v3", "sampling_higgs_v3", "streaming_higgs_v3",
     },
+    # The converter at the root (read -> plan -> write -> verify); the rest of conversion in conversion/.
     "convert_checkpoint": {
-        "codec_higgs_v3", "configuration_higgs_v3", "conversion.repo", "conversion.export", "modeling_higgs_v3",
-        "conversion.original_format", "conversion.folders", "processing_higgs_v3", "conversion.verification",
+        "configuration_higgs_v3", "conversion.folders", "conversion.original_format", "conversion.repo",
+        "conversion.verification", "modeling_higgs_v3",
     },
-    "conversion.original_format": {"configuration_higgs_v3"},
+    "conversion.original_format": {"codec_higgs_v3"},
     "conversion.verification": {"configuration_higgs_v3", "conversion.original_format"},
+    "conversion.folders": {"audio_io_higgs_v3", "conversion.original_format"},
     "conversion.repo": {
-        "configuration_higgs_v3", "generation_higgs_v3", "conversion.original_format", "processing_higgs_v3",
+        "configuration_higgs_v3", "conversion.original_format", "generation_higgs_v3", "processing_higgs_v3",
     },
-    "conversion.folders": set(),
     "conversion.export": {
-        "codec_higgs_v3", "configuration_higgs_v3", "conversion.repo", "conversion.original_format",
-        "conversion.folders", "processing_higgs_v3",
+        "configuration_higgs_v3", "conversion.folders", "conversion.original_format", "conversion.repo",
+        "processing_higgs_v3",
     },
+    "conversion.cache": {
+        "conversion.folders", "conversion.original_format", "convert_checkpoint", "modeling_higgs_v3",
+        "processing_higgs_v3",
+    },
+    # The command line.
     "cli.models": {
-        "configuration_higgs_v3", "convert_checkpoint", "conversion.repo", "modeling_higgs_v3",
-        "conversion.original_format", "processing_higgs_v3",
+        "configuration_higgs_v3", "conversion.cache", "conversion.folders", "conversion.original_format",
+        "conversion.repo", "modeling_higgs_v3", "processing_higgs_v3",
         "testing.tiny",  # only inside the tiny-random demo model's builder, see below
     },
+    "cli.convert": {"conversion.export", "conversion.original_format", "conversion.repo", "convert_checkpoint"},
     "cli.batch": {
-        "audio_io_higgs_v3", "chunking_higgs_v3", "longform_higgs_v3", "cli.models", "sampling_higgs_v3",
+        "audio_io_higgs_v3", "chunking_higgs_v3", "cli.models", "delay_higgs_v3", "generation_higgs_v3",
+        "longform_higgs_v3", "sampling_higgs_v3",
     },
     "cli.main": {
-        "audio_io_higgs_v3", "cli.batch", "chunking_higgs_v3", "convert_checkpoint", "delay_higgs_v3",
-        "training.finetune", "generation_higgs_v3", "longform_higgs_v3", "cli.models",
-        "processing_higgs_v3", "sampling_higgs_v3",
+        "audio_io_higgs_v3", "chunking_higgs_v3", "cli.batch", "cli.convert", "cli.models", "conversion.original_format",
+        "delay_higgs_v3", "generation_higgs_v3", "longform_higgs_v3", "sampling_higgs_v3", "training.finetune",
         "testing.tiny",  # only inside the demo command `make-tiny --original`, see below
     },
+    # Fine-tuning.
     "training.finetune": {
-        "audio_io_higgs_v3", "conversion.repo", "generation_higgs_v3", "cli.models",
-        "modeling_higgs_v3", "conversion.folders",
+        "audio_io_higgs_v3", "cli.models", "conversion.folders", "conversion.repo", "generation_higgs_v3",
+        "modeling_higgs_v3",
     },
     # The test fixtures import the product, never the other way round.
     "testing.tiny": {
-        "codec_higgs_v3", "configuration_higgs_v3", "convert_checkpoint", "conversion.repo",
-        "generation_higgs_v3", "modeling_higgs_v3", "conversion.original_format", "processing_higgs_v3",
+        "codec_higgs_v3", "configuration_higgs_v3", "conversion.original_format", "conversion.repo",
+        "generation_higgs_v3", "modeling_higgs_v3",
     },
 }
 # The remote code of a converted Hub repo: the modules `auto_map` names and everything they import.
-REMOTE_CODE = {
-    "configuration_higgs_v3", "modeling_higgs_v3", "processing_higgs_v3", "audio_io_higgs_v3", "codec_higgs_v3",
-    "compat_higgs_v3", "delay_higgs_v3", "generation_higgs_v3", "sampling_higgs_v3", "streaming_higgs_v3",
-    "longform_higgs_v3", "chunking_higgs_v3",
-}
+REMOTE_CODE = {module for module in MAY_IMPORT if module.endswith("_higgs_v3")}
+ENTRY_MODULES = ("configuration_higgs_v3", "modeling_higgs_v3", "processing_higgs_v3")
 SUBPACKAGES = ("cli", "conversion", "testing", "training")  # installed package only; never copied to a Hub repo
 FIXTURES = "testing.tiny"
 
@@ -93,9 +101,9 @@ def module_path(module: str) -> Path:
 
 
 def package_modules() -> list[str]:
-    """Every module of the package but the `__init__`s: the flat ones at the root, and those of the sub-packages."""
+    """Every module of the package but `__init__` / `__main__`: the flat ones at the root and the sub-packages'."""
     flat = [p.stem for p in ROOT.glob("*.py") if p.stem != "__init__"]
-    nested = [f"{p.parent.name}.{p.stem}" for package in SUBPACKAGES for p in (ROOT / package).glob("*.py")
+    nested = [f"{package}.{p.stem}" for package in SUBPACKAGES for p in (ROOT / package).glob("*.py")
               if p.stem not in ("__init__", "__main__")]
     return sorted(flat + nested)
 
@@ -107,19 +115,18 @@ def parsed(module: str) -> ast.Module:
 
 
 def _resolve(module: str, node: ast.ImportFrom) -> list[str]:
-    """The package modules a relative import in `module` names (dotted, from the package root)."""
+    """The package modules a relative import in `module` names, dotted from the package root: `from .x import y` is
+    module `x` (or `x.y` when `x` is a sub-package), `from . import y` is module `y`."""
     package = module.split(".")[:-1]
     base = package[: len(package) - (node.level - 1)] if node.level > 1 else package
-    if node.module:
-        return [".".join([*base, *node.module.split(".")])]
-    return [".".join([*base, alias.name]) for alias in node.names]
-
-
-def _known(name: str) -> str:
-    """`name` cut to a module of the package (an import of `cli.main.main` names the module `cli.main`)."""
-    while name and not module_path(name).is_file():
+    if not node.module:
+        return [".".join([*base, alias.name]) for alias in node.names]
+    name = ".".join([*base, *node.module.split(".")])
+    if (ROOT / name.replace(".", "/")).is_dir():
+        return [f"{name}.{alias.name}" for alias in node.names]
+    while "." in name and not module_path(name).is_file():  # `from .cli.main import main` -> `cli.main`
         name = name.rpartition(".")[0]
-    return name
+    return [name]
 
 
 def relative_imports(module: str) -> dict[str, list[int]]:
@@ -128,16 +135,13 @@ def relative_imports(module: str) -> dict[str, list[int]]:
     for node in ast.walk(parsed(module)):
         if isinstance(node, ast.ImportFrom) and node.level >= 1:
             for name in _resolve(module, node):
-                found.setdefault(_known(name) or name, []).append(node.lineno)
+                found.setdefault(name, []).append(node.lineno)
     return found
 
 
 def module_level_imports(module: str) -> set[str]:
-    found = set()
-    for node in parsed(module).body:
-        if isinstance(node, ast.ImportFrom) and node.level >= 1:
-            found.update(_known(name) or name for name in _resolve(module, node))
-    return found
+    return {name for node in parsed(module).body if isinstance(node, ast.ImportFrom) and node.level >= 1
+            for name in _resolve(module, node)}
 
 
 def test_every_module_is_in_the_table():
@@ -186,7 +190,7 @@ def test_remote_code_is_closed_and_its_entry_modules_import_their_chain_directly
     module (one `auto_map` names) needs is imported by it directly, since transformers 5.5 copies only an entry
     module's direct relative imports when it loads a local folder."""
     for module in REMOTE_CODE:
-        assert set(relative_imports(module)) <= REMOTE_CODE, module
+        assert set(relative_imports(module)) <= REMOTE_CODE, module  # never a sub-package: the Hub copy has none
 
     def closure(module, seen):
         for target in relative_imports(module):
@@ -195,9 +199,56 @@ def test_remote_code_is_closed_and_its_entry_modules_import_their_chain_directly
                 closure(target, seen)
         return seen
 
-    for entry in ("configuration_higgs_v3", "modeling_higgs_v3", "processing_higgs_v3"):
+    for entry in ENTRY_MODULES:
         assert closure(entry, set()) - {entry} <= module_level_imports(entry), entry
     assert {reference.split(".")[0] for reference in AUTO_MAP.values()} <= REMOTE_CODE
+    assert set().union(*(closure(entry, {entry}) for entry in ENTRY_MODULES)) == REMOTE_CODE  # nothing else is shipped
+
+
+# Issue 22's budget for what a converted Hub repo ships and for the size of its pieces: the rules are checked once,
+# where input enters, so the remote code stays about the size of the anchors' (transformers' Dia, CSM, MusicGen).
+HUB_MAX_LINES, HUB_MAX_RAISES = 4000, 80
+CLASS_MAX_LINES = {("modeling_higgs_v3", "HiggsAudioV3ForConditionalGeneration"): 400,
+                   ("processing_higgs_v3", "HiggsAudioV3Processor"): 450}
+FORWARD_MAX_CODE_LINES, FUNCTION_MAX_CODE_LINES = 40, 60
+
+
+@functools.lru_cache(maxsize=None)
+def source_lines(module: str) -> list[str]:
+    return module_path(module).read_text(encoding="utf-8").splitlines()
+
+
+def code_lines(module: str, node: ast.AST) -> int:
+    """Lines of `node` that hold code: not blank, not a comment, not the docstring."""
+    body = getattr(node, "body", [])
+    docstring = set()
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and isinstance(
+            body[0].value.value, str):
+        docstring = set(range(body[0].lineno, body[0].end_lineno + 1))
+    lines = source_lines(module)
+    return sum(1 for number in range(node.lineno, node.end_lineno + 1)
+               if number not in docstring and lines[number - 1].strip() and not lines[number - 1].strip().startswith("#"))
+
+
+def test_the_hub_repo_python_stays_within_its_budget():
+    sources = [module_path(module).read_text(encoding="utf-8") for module in sorted(REMOTE_CODE)]
+    lines = sum(len(source.splitlines()) for source in sources)
+    raises = sum(len(re.findall(r"^\s*raise\b", source, re.MULTILINE)) for source in sources)
+    assert lines <= HUB_MAX_LINES, f"the remote code has {lines} lines (budget {HUB_MAX_LINES})"
+    assert raises <= HUB_MAX_RAISES, f"the remote code has {raises} raise statements (budget {HUB_MAX_RAISES})"
+
+
+def test_the_main_classes_and_every_function_stay_readable():
+    for (module, name), budget in CLASS_MAX_LINES.items():
+        cls = next(node for node in parsed(module).body if isinstance(node, ast.ClassDef) and node.name == name)
+        assert cls.end_lineno - cls.lineno + 1 <= budget, f"{name} is over {budget} lines"
+        if name.endswith("Generation"):
+            forward = next(node for node in cls.body if isinstance(node, ast.FunctionDef) and node.name == "forward")
+            assert code_lines(module, forward) <= FORWARD_MAX_CODE_LINES, "forward is over its budget"
+    long = [f"{module}.{node.name}: {code_lines(module, node)}" for module in package_modules()
+            for node in ast.walk(parsed(module)) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and code_lines(module, node) > FUNCTION_MAX_CODE_LINES]
+    assert not long, f"functions over {FUNCTION_MAX_CODE_LINES} code lines: {long}"
 
 
 def test_the_architecture_doc_lists_every_module():
