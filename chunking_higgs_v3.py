@@ -21,6 +21,17 @@ from dataclasses import dataclass
 TAG_PATTERN = re.compile(r"<\|[^<>|\n]*\|>")
 """Anything that looks like a special token (`<|...|>`, one line, no nested brackets)."""
 
+
+def nothing_to_speak(text, where: str = "the text") -> str | None:
+    """The rule "there is nothing to speak", which needs no tokenizer (the command line checks it before any model
+    loads; `processor.check_text` starts with it): the sentence about `where` if `text` is not a string or is blank,
+    else None."""
+    Where = where[:1].upper() + where[1:]
+    if not isinstance(text, str):
+        return f"{Where} must be a string, got {type(text).__name__}."
+    return None if text.strip() else f"{Where} is empty; there is nothing to speak."
+
+
 DEFAULT_MAX_CHARS = 300
 
 # Closing quotes and brackets that belong to the sentence they end.
@@ -240,9 +251,9 @@ def parse_dialogue(script: str | Sequence[DialogueLine] | Sequence[tuple[str, st
             lines[-1].text = f"{lines[-1].text} {line.strip()}".strip()
         if problem:
             break
-    empty = next((line for line in lines if text and not line.text), None)
-    if problem is None and empty is not None:
-        problem = f"Dialogue line {empty.line_number} ([{empty.speaker}]) has no text; there is nothing to speak."
+    for line in [] if problem else lines:
+        if problem := nothing_to_speak(line.text, f"dialogue line {line.line_number} ([{line.speaker}])"):
+            break
     if problem is None and not lines:
         problem = "The dialogue script is empty; write one '[Name] text' line per turn."
     if problem:
@@ -275,6 +286,7 @@ __all__ = [
     "TAG_PATTERN",
     "DialogueLine",
     "check_dialogue_voices",
+    "nothing_to_speak",
     "parse_dialogue",
     "split_sentences",
     "split_text",

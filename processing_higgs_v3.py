@@ -32,7 +32,7 @@ from transformers.utils import logging
 
 from .audio_io_higgs_v3 import (MAX_REFERENCE_SECONDS, REFERENCE_ADVICE, TARGET_ADVICE, VOICE_FILE_SUFFIXES,
                                  HiggsAudioV3Voice, ReferenceClip, check_length, load_reference, save_audio)
-from .chunking_higgs_v3 import TAG_PATTERN
+from .chunking_higgs_v3 import TAG_PATTERN, nothing_to_speak
 from .codec_higgs_v3 import resampled_length
 from .delay_higgs_v3 import HiggsAudioV3AudioSpec, check_codes
 from .longform_higgs_v3 import SpeechResult, synthesize_dialogue, synthesize_long
@@ -223,21 +223,17 @@ class HiggsAudioV3Processor(ProcessorMixin):
         return list(self._control_tags)
 
     def check_text(self, text, where: str = "the text") -> str:
-        """`text` if it can be spoken, else a `ValueError` naming `where`: a non-empty string whose every `<|...|>` is a
-        control tag (not a misspelled one, read aloud, nor a structural one), with no other special token (e.g.
-        `<tool_call>`) and no unclosed `<|`. `__call__` checks every text and transcript; early callers call it too."""
-        problem = self._text_problem(text, where)
-        if problem:
+        """`text` if it can be spoken, else a `ValueError` naming `where`: a non-blank string (`nothing_to_speak`) whose
+        every `<|...|>` is a control tag (not a misspelled one, read aloud, nor a structural one), with no other special
+        token (e.g. `<tool_call>`) and no unclosed `<|`. Every text and transcript of `__call__` passes through it."""
+        if problem := self._text_problem(text, where):
             raise ValueError(problem)
         return text
 
     def _text_problem(self, text, where: str) -> str | None:
-        Where, tags = where[:1].upper() + where[1:], self._control_tags
-        valid = "processor.valid_tags() (or `higgs-v3 tags`) lists"
-        if not isinstance(text, str):
-            return f"{Where} must be a string, got {type(text).__name__}."
-        if not text.strip():
-            return f"{Where} is empty; there is nothing to speak."
+        tags, valid = self._control_tags, "processor.valid_tags() (or `higgs-v3 tags`) lists"
+        if problem := nothing_to_speak(text, where):
+            return problem
         for tag in (match.group(0) for match in TAG_PATTERN.finditer(text)):
             if tag in self._structural_tokens:
                 return (f"{tag!r} in {where} is a structural prompt token, which the processor places itself; remove "

@@ -511,10 +511,14 @@ class SpeakRequest:
 
     # ------------------------------------------------------------------ checks
     def validate(self) -> None:
-        """Every check that needs no model, cheapest first: the text (read), option combinations, the references (loaded
-        by the library), the outputs, the seed, --max-seconds, the dialogue script's speakers and voices. The text's own
-        checks are the processor's (`check_texts`)."""
+        """Every check that needs no model, cheapest first: the text (read; blank: nothing to speak), option
+        combinations, the references (loaded by the library), the outputs, the seed, --max-seconds, the dialogue
+        script's speakers and voices. The text's other checks are the processor's (`check_texts`)."""
+        from ..chunking_higgs_v3 import nothing_to_speak
+
         self.text = self._read_text()
+        if not self.dialogue and (problem := nothing_to_speak(self.text)):  # a blank script: `parse_dialogue` below
+            raise CliError(problem)
         self._check_options()
         self._check_inputs()
         self._check_outputs()
@@ -556,7 +560,7 @@ class SpeakRequest:
             raise CliError(f"--dialogue reads the script from TEXT, and {self.text!r} is a file name; read the script "
                            f"from it with --dialogue --text-file {self.text}.")
         else:
-            return self.text  # an empty one is refused by the processor's text check (`check_texts`)
+            return self.text
         try:
             return data.decode("utf-8-sig")
         except UnicodeDecodeError as error:

@@ -214,7 +214,7 @@ def test_parse_dialogue():
     "script, message",
     [
         ("Hello.\n[Ann] Hi.", "Dialogue line 1 ('Hello.') has no speaker; every line of a dialogue script starts with [Name], e.g. '[Alice] Hello there.'"),
-        ("[Ann] Hi.\n[Bob]", "Dialogue line 2 ([Bob]) has no text; there is nothing to speak."),
+        ("[Ann] Hi.\n[Bob]", "Dialogue line 2 ([Bob]) is empty; there is nothing to speak."),
         ("[ ] Hi.", "Dialogue line 1 has an empty speaker name in brackets; write [Name] text."),
         ("\n  \n", "The dialogue script is empty; write one '[Name] text' line per turn."),
     ],
