@@ -15,7 +15,6 @@ sequence gets the same codes alone or in any batch: the batch size does not chan
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -27,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .audio_io_higgs_v3 import MAX_REFERENCE_SECONDS, HiggsAudioV3Voice, atomic_output, load_reference, save_audio
+from .audio_io_higgs_v3 import MAX_REFERENCE_SECONDS, HiggsAudioV3Voice, load_reference, save_audio
 from .chunking_higgs_v3 import DEFAULT_MAX_CHARS, DialogueLine, check_dialogue_voices, parse_dialogue, split_text
 from .generation_higgs_v3 import MAX_NEW_TOKENS, MAX_POSITIONS
 from .sampling_higgs_v3 import check_seed, draw_seed
@@ -238,30 +237,6 @@ class SpeechResult:
 
     def save(self, path: str | os.PathLike) -> Path:
         return save_audio(self.waveform, path, sampling_rate=self.sampling_rate)
-
-    def codes_state_dict(self) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-        """`codes` `[sum of frames, num_codebooks]`, `chunk_frames` `[chunks]` and string metadata, for safetensors."""
-        chunks = self.chunks
-        tensors = {"codes": torch.cat([chunk.codes for chunk in chunks]).contiguous(),
-                   "chunk_frames": torch.tensor([chunk.num_frames for chunk in chunks], dtype=torch.long)}
-        lists = {"texts": "text", "speakers": "speaker", "finished": "finished", "seeds": "seed"}  # JSON per chunk
-        metadata = {"format": "higgs_audio_v3_codes", "sampling_rate": str(self.sampling_rate),
-                    "frame_rate": str(chunks[0].frame_rate), "pause_seconds": repr(self.pause_seconds)}
-        metadata.update({key: json.dumps([getattr(chunk, name) for chunk in chunks], ensure_ascii=False)
-                         for key, name in lists.items()})
-        return tensors, metadata
-
-    def save_codes(self, path: str | os.PathLike) -> Path:
-        """Write `codes_state_dict()` to a `.safetensors` file (`atomic_output`)."""
-        from safetensors.torch import save_file
-
-        path = Path(path)
-        if path.suffix.lower() != ".safetensors":
-            raise ValueError(f"Codes are saved as .safetensors; got the file name {path.name!r}.")
-        tensors, metadata = self.codes_state_dict()
-        with atomic_output(path) as temporary:
-            save_file(tensors, str(temporary), metadata=metadata)
-        return path
 
 
 def _join(chunks: Sequence[ChunkResult], pause_seconds: float, sampling_rate: int) -> torch.FloatTensor:

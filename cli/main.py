@@ -665,7 +665,7 @@ class SpeakRequest:
         result.save(self.output)
         extras = []
         if self.save_codes:
-            result.save_codes(self.save_codes)
+            save_codes(result, self.save_codes)
             extras.append(f"codes in {self.save_codes}")
         if self.save_voice:
             if result.voice is None:
@@ -737,6 +737,29 @@ def _restore_libraries() -> None:
 
 def _safe_name(name: str) -> str:
     return re.sub(r"[^\w.-]+", "_", name).strip("._") or "speaker"
+
+
+def save_codes(result, path: str | os.PathLike) -> None:
+    """`--save-codes`: a `SpeechResult`'s codes as safetensors (`atomic_output`): `codes` `[sum of frames,
+    num_codebooks]`, `chunk_frames` `[chunks]`, the rates and the pause, and per chunk (JSON lists) its text, speaker,
+    whether it finished and its seed. The name's `.safetensors` is checked with the request (`_check_outputs`)."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+
+    from ..audio_io_higgs_v3 import atomic_output
+
+    chunks = result.chunks
+    tensors = {"codes": torch.cat([chunk.codes for chunk in chunks]).contiguous(),
+               "chunk_frames": torch.tensor([chunk.num_frames for chunk in chunks], dtype=torch.long)}
+    lists = {"texts": "text", "speakers": "speaker", "finished": "finished", "seeds": "seed"}  # JSON per chunk
+    metadata = {"format": "higgs_audio_v3_codes", "sampling_rate": str(result.sampling_rate),
+                "frame_rate": str(chunks[0].frame_rate), "pause_seconds": repr(result.pause_seconds)}
+    metadata.update({key: json.dumps([getattr(chunk, name) for chunk in chunks], ensure_ascii=False)
+                     for key, name in lists.items()})
+    with atomic_output(path) as temporary:
+        save_file(tensors, str(temporary), metadata=metadata)
 
 
 def cmd_speak(args) -> int:
