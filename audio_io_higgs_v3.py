@@ -1,10 +1,9 @@
 # Copyright 2026 the higgs-v3 authors. Licensed under the Apache License, Version 2.0.
 """Audio in and out for Higgs Audio v3: references (clips and voices), the reference-length rule, writing waveforms.
 
-`load_reference` decides what a reference is: a voice (`HiggsAudioV3Voice` of any import, or a saved voice file) or a
-clip, prepared by `prepare_reference_waveform` as the official server prepares it (sglang-omni's
-`prepare_higgs_reference`), so a clip gives the codes the model was served with. Every file is written through
-`atomic_output`; `soundfile` is imported inside `try/except ImportError` (the Hub loader must not demand it).
+`load_reference` decides what a reference is; a clip is prepared by `prepare_reference_waveform` as the official server
+prepares it (sglang-omni's `prepare_higgs_reference`), so it gives the codes the model was served with. Every file is
+written through `atomic_output`.
 """
 
 from __future__ import annotations

@@ -108,14 +108,14 @@ def _voice_from_chunk(chunk: ChunkResult, spec: HiggsAudioV3AudioSpec) -> HiggsA
 
 
 class SpeechProgress:
-    """A tqdm display across `generate` calls (stderr by default): seconds of audio so far and the real-time factor.
-    `streamer()` is one call's `streamer=`, counting complete frames; the display refreshes every `refresh_seconds`."""
+    """A tqdm display across `generate` calls (stderr by default): seconds of audio so far and the real-time factor,
+    redrawn at most every `mininterval` (tqdm's own throttle). `streamer()` is one call's `streamer=`, counting complete
+    frames."""
 
-    def __init__(self, spec: HiggsAudioV3AudioSpec, total_chunks: int, enabled: bool = True, file=None,
-                 refresh_seconds: float = 0.2):
-        self.spec, self.total_chunks, self.refresh_seconds = spec, total_chunks, refresh_seconds
+    def __init__(self, spec: HiggsAudioV3AudioSpec, total_chunks: int, enabled: bool = True, file=None):
+        self.spec, self.total_chunks, self.bar = spec, total_chunks, None
         self.chunks_done, self.done_frames = 0, 0  # of the finished generate calls
-        self.start_time, self._last_refresh, self.bar = time.perf_counter(), 0.0, None
+        self.start_time = time.perf_counter()
         if enabled and tqdm is not None:
             self.bar = tqdm(total=None, file=file if file is not None else sys.stderr, desc="speaking: ",
                             bar_format="{desc}{n:.1f} s of audio [{elapsed}{postfix}]", dynamic_ncols=True, leave=True)
@@ -123,18 +123,12 @@ class SpeechProgress:
     def streamer(self) -> _ProgressStreamer:
         return _ProgressStreamer(self)
 
-    def due(self) -> bool:
-        return self.bar is not None and time.perf_counter() - self._last_refresh >= self.refresh_seconds
-
     def show(self, frames: int) -> None:
-        if self.bar is None:
-            return
-        self._last_refresh = time.perf_counter()
-        seconds = self.spec.seconds(frames)
-        rtf = f"{(self._last_refresh - self.start_time) / seconds:.2f}" if seconds > 0 else "-"
-        self.bar.n = round(seconds, 2)
-        self.bar.set_postfix_str(f"{self.chunks_done}/{self.total_chunks} chunks done, RTF {rtf}", refresh=False)
-        self.bar.refresh()
+        if self.bar is not None:
+            seconds = self.spec.seconds(frames)
+            rtf = f"{(time.perf_counter() - self.start_time) / seconds:.2f}" if seconds > 0 else "-"
+            self.bar.set_postfix_str(f"{self.chunks_done}/{self.total_chunks} chunks done, RTF {rtf}", refresh=False)
+            self.bar.update(round(seconds, 2) - self.bar.n)
 
     def call_done(self, num_chunks: int, frames: int) -> None:
         """A `generate` call of `num_chunks` chunks ended with `frames` frames (exact, from its output)."""
@@ -159,8 +153,7 @@ class _ProgressStreamer(HiggsAudioV3RowTracker):
         return int(self.complete_frames().sum())
 
     def on_rows(self) -> None:
-        if self.progress.due():
-            self.progress.show(self.progress.done_frames + self.frames())
+        self.progress.show(self.progress.done_frames + self.frames())
 
 
 @dataclass
@@ -263,12 +256,9 @@ def rows_for_max_seconds(max_seconds: float, spec: HiggsAudioV3AudioSpec, positi
     return spec.rows_for_seconds(max_seconds)
 
 
-def max_new_tokens_for(model: PreTrainedModel, max_seconds: float | None,
-                       max_positions: int | None = MAX_POSITIONS) -> int | None:
-    """Rows for `max_seconds` (`rows_for_max_seconds`; None for None), bounded as `generate` bounds a request with
-    the same `max_positions` (None: the model's `max_position_embeddings`)."""
-    if max_seconds is None:
-        return None
+def max_new_tokens_for(model: PreTrainedModel, max_seconds: float, max_positions: int | None = MAX_POSITIONS) -> int:
+    """Rows for `max_seconds` (`rows_for_max_seconds`), bounded as `generate` bounds a request with the same
+    `max_positions` (None: the model's `max_position_embeddings`)."""
     if max_positions is not None:
         return rows_for_max_seconds(max_seconds, model.config.audio_spec, max_positions)
     embeddings = getattr(model.config.get_text_config(), "max_position_embeddings", None)
