@@ -164,9 +164,8 @@ class HiggsAudioV3Processor(ProcessorMixin):
     def from_model_config(cls, tokenizer, config, **kwargs) -> "HiggsAudioV3Processor":
         """A processor with the audio settings of `config` (a `HiggsAudioV3Config`) and its codec's frame-count
         parameters, checked against it (`check_model_config`); `kwargs` are the constructor's."""
-        codec = getattr(config, "codec_config", None)
+        codec = config.codec_config  # a dict (the config stores it so)
         if codec is not None:
-            codec = codec if isinstance(codec, dict) else codec.to_dict()
             semantic = codec["semantic_model_config"]
             kwargs.setdefault("encoded_length_kwargs", {
                 **{key: codec[key] for key in ("sample_rate", "semantic_sample_rate", "downsample_factor")},
@@ -276,11 +275,10 @@ class HiggsAudioV3Processor(ProcessorMixin):
         if reference is not None and codes is not None:
             raise ValueError(f"{where[:1].upper() + where[1:]} is given twice (reference and reference_codes); pass "
                              "one of them.")
-        if reference is not None:
-            reference = load_reference(reference, ref_text, sampling_rate, where, self.audio_spec.sampling_rate, read)
-            ref_text = (reference.text or None) if isinstance(reference, HiggsAudioV3Voice) else ref_text
-            codes = reference if isinstance(reference, ReferenceClip) else self._codes(reference, where)
-        elif codes is not None:
+        if reference is not None:  # a voice (its transcript, or ref_text) or a clip (with ref_text)
+            codes = load_reference(reference, ref_text, sampling_rate, where, self.audio_spec.sampling_rate, read)
+            ref_text = codes.text or None
+        if codes is not None and not isinstance(codes, ReferenceClip):
             codes = self._codes(codes, where)
         if codes is None and ref_text is not None:
             logger.warning_once("A reference_text without a reference voice is dropped: the transcript only helps "
