@@ -149,11 +149,8 @@ class _ProgressStreamer(HiggsAudioV3RowTracker):
         super().__init__(progress.spec)
         self.progress = progress
 
-    def frames(self) -> int:
-        return int(self.complete_frames().sum())
-
     def on_rows(self) -> None:
-        self.progress.show(self.progress.done_frames + self.frames())
+        self.progress.show(self.progress.done_frames + int(self.complete_frames().sum()))
 
 
 @dataclass
@@ -244,15 +241,12 @@ def rows_for_max_seconds(max_seconds: float, spec: HiggsAudioV3AudioSpec, positi
     of seconds that `positions` positions hold (prompt plus rows; None: no bound), else a `ValueError` naming `name`.
     Returns its rows (`spec.rows_for_seconds`)."""
     longest = None if positions is None else spec.seconds(spec.frames(positions))
-    problem = None
     if isinstance(max_seconds, bool) or not isinstance(max_seconds, (int, float)) or not 0 < max_seconds < math.inf:
-        problem = f"{name} must be a positive number of seconds, got {max_seconds!r}."
-    elif longest is not None and max_seconds > longest:
-        problem = (f"{name} {max_seconds:g} is more than one chunk can hold: prompt plus audio rows are at most "
-                   f"{positions} positions ({positions_name}), at most {longest:g} s of audio per chunk; long text is "
-                   "split into chunks anyway.")
-    if problem:
-        raise ValueError(problem)
+        raise ValueError(f"{name} must be a positive number of seconds, got {max_seconds!r}.")
+    if longest is not None and max_seconds > longest:
+        raise ValueError(f"{name} {max_seconds:g} is more than one chunk can hold: prompt plus audio rows are at most "
+                         f"{positions} positions ({positions_name}), at most {longest:g} s of audio per chunk; long "
+                         "text is split into chunks anyway.")
     return spec.rows_for_seconds(max_seconds)
 
 
@@ -271,14 +265,11 @@ class _Synthesizer:
     any voice is encoded; the codec is the model's to check (`encode_reference`, `generate(output_audio=True)`)."""
 
     def __init__(self, model, processor, *, pause_seconds, batch_size, seed, max_seconds, progress, generate_kwargs):
-        problem = None
         number = isinstance(pause_seconds, (int, float)) and not isinstance(pause_seconds, bool)
         if not number or not 0 <= pause_seconds < math.inf:
-            problem = f"pause_seconds must be a non-negative number of seconds, got {pause_seconds!r}."
-        elif isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            problem = f"batch_size must be a positive integer, got {batch_size!r}."
-        if problem:
-            raise ValueError(problem)
+            raise ValueError(f"pause_seconds must be a non-negative number of seconds, got {pause_seconds!r}.")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
         self.model, self.processor, self.spec = model, processor, model.config.audio_spec
         self.pause_seconds, self.batch_size, self.progress = float(pause_seconds), batch_size, progress
         self.base_seed = draw_seed() if seed is None else check_seed(seed)

@@ -30,8 +30,8 @@ from transformers import BatchEncoding, ProcessorMixin
 from transformers.processing_utils import ProcessingKwargs, Unpack
 from transformers.utils import logging
 
-from .audio_io_higgs_v3 import (MAX_REFERENCE_SECONDS, REFERENCE_ADVICE, TARGET_ADVICE, VOICE_FILE_SUFFIXES,
-                                 HiggsAudioV3Voice, ReferenceClip, check_length, load_reference, save_audio)
+from .audio_io_higgs_v3 import (REFERENCE_ADVICE, TARGET_ADVICE, VOICE_FILE_SUFFIXES, HiggsAudioV3Voice, ReferenceClip,
+                                 check_length, load_reference, save_audio)
 from .chunking_higgs_v3 import TAG_PATTERN, nothing_to_speak
 from .codec_higgs_v3 import resampled_length
 from .delay_higgs_v3 import HiggsAudioV3AudioSpec, check_codes
@@ -265,7 +265,7 @@ class HiggsAudioV3Processor(ProcessorMixin):
         if codes.dim() != 2:
             raise ValueError(f"The codes of {where} must be raw codec codes [frames, {spec.num_codebooks}] of one "
                              f"clip, got shape {tuple(codes.shape)}.")
-        check_length(Where, codes.shape[0], spec.frame_rate, "frames", MAX_REFERENCE_SECONDS, advice)
+        check_length(Where, codes.shape[0], spec.frame_rate, "frames", advice=advice)
         return codes.cpu()
 
     def _reference(self, where: str, reference, codes, ref_text, sampling_rate, read: bool = True) -> tuple:
