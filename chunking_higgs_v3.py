@@ -168,10 +168,10 @@ def split_sentences(text: str) -> list[str]:
 
 
 def split_text(text: str, max_chars: int = DEFAULT_MAX_CHARS) -> list[str]:
-    """Chunks of at most `max_chars` spoken characters (tags and edge whitespace not counted), one generation each, stripped; joined they
-    give back `text` up to whitespace (none for blank text). Whole sentences are packed greedily; a longer one is cut at
-    clause marks (`, ; :` before a space, `，、；：—` anywhere), then spaces, then characters, never inside or right
-    after a tag (a chunk's tags go with the text they apply to)."""
+    """Chunks of at most `max_chars` spoken characters (tags and edge whitespace not counted), one generation each,
+    stripped; joined they give back `text` up to whitespace (none for blank text). Whole sentences are packed greedily;
+    a longer one is cut at clause marks (`, ; :` before a space, `，、；：—` anywhere), then spaces, then characters,
+    never inside or right after a tag (a chunk's tags go with the text they apply to)."""
     if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1:
         raise ValueError(f"max_chars must be a positive number of characters, got {max_chars!r}.")
     if not text.strip():
