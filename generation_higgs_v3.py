@@ -25,7 +25,6 @@ step  input           emitted          state after
 from __future__ import annotations
 
 import copy
-import inspect
 from dataclasses import dataclass
 
 import torch
@@ -141,28 +140,6 @@ class HiggsAudioV3StoppingCriteria(StoppingCriteria):
             column = input_ids.shape[1] - 1 - lag
             self.ended |= input_ids[:: self.num_codebooks, column : column + 1] == self.eos_token_id  # [B, 1] -> [B, C]
         return self.done
-
-
-# *** Higgs v3 specific: a speed-up of the stock loop's per-step bookkeeping, installed by `_get_logits_processor` ***
-class _LogitsProcessorList(LogitsProcessorList):
-    """`LogitsProcessorList` that reads each processor's signature once, not on every step as the stock one does
-    (`inspect.signature` of a bound method costs about as much as a small decode step's other bookkeeping). Same
-    contract: a processor with parameters beyond `(input_ids, scores)` gets the keyword arguments, which must hold them.
-    """
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
-        extra = self.__dict__.get("_extra_parameters")
-        if extra is None or len(extra) != len(self):  # first step (or the list changed)
-            extra = self._extra_parameters = [list(inspect.signature(p.__call__).parameters)[2:] for p in self]
-        for processor, names in zip(self, extra):
-            if names and not all(name in kwargs for name in names):
-                raise ValueError(f"Make sure that all the required parameters: {names} for {processor.__class__} are "
-                                 "passed to the logits processor.")
-            scores = processor(input_ids, scores, **kwargs) if names else processor(input_ids, scores)
-        return scores
-
-
-# *** end Higgs v3 specific ***
 
 
 class _RowStreamer(BaseStreamer):
@@ -569,12 +546,6 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         )
 
     # -------------------------------------------------------------------------------------- stock loop hooks
-    def _get_logits_processor(self, *args, **kwargs) -> LogitsProcessorList:
-        # *** Higgs v3 specific: the same processors, in a list that reads their signatures once (see the class) ***
-        processors = _LogitsProcessorList(super()._get_logits_processor(*args, **kwargs))
-        # *** end Higgs v3 specific ***
-        return processors
-
     def _get_stopping_criteria(self, *args, **kwargs) -> StoppingCriteriaList:
         # *** Higgs v3 specific: generate() refills the text eos id from the model's generation config; an
         # end-of-text check can never fire on audio codes, so it is dropped when our criterion is in the list ***

@@ -8,7 +8,6 @@ Generation lives in `generation_higgs_v3.py`, the codec and its placement in `co
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 
 import torch
@@ -341,12 +340,6 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
             hidden_states=outputs.hidden_states, attentions=outputs.attentions,
             **{CACHE_KWARG: getattr(outputs, CACHE_KWARG, None)},
         )
-
-    # *** Higgs v3 generation specific: transformers reads `inspect.signature(model.forward)` on every decode step of a
-    # remote-code model (to find a `cache_position` argument); a stored signature makes that a lookup instead of a parse
-    # of the whole argument list (tested to equal the parsed one; benchmarks/bench_decode.py --devices). ***
-    forward.__signature__ = inspect.signature(forward)
-    # *** end Higgs v3 generation specific ***
 
     def audio_loss(self, logits: torch.Tensor, audio_labels: torch.LongTensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Shifted per-codebook cross-entropy (ignore index -100) of `forward`'s logits `[batch * C, L', V]` against
