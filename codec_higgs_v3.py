@@ -31,21 +31,17 @@ logger = logging.get_logger(__name__)
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Resampling: torchaudio's algorithm (`torchaudio.functional.resample` with its defaults), in plain torch.
-#
-# The official server resamples twice with torchaudio: a reference file to 24 kHz, and 24 kHz to 16 kHz in front of
-# HuBERT (transformers' `HiggsAudioV2TokenizerModel`). Any other filter (soxr, scipy) changes several percent of a
-# clip's codes (docs/FIDELITY.md), so this is torchaudio's band-limited sinc interpolation, reimplemented: after
-# reducing the rates by their gcd to `orig` -> `new`, output sample `new * f + p` (frame f, phase p) is
+# Resampling: torchaudio's algorithm (`torchaudio.functional.resample` with its defaults) in plain torch, for reference
+# files and in front of HuBERT (why, and how it is checked against torchaudio itself: docs/FIDELITY.md). After reducing
+# the rates by their gcd to `orig` -> `new`, output sample `new * f + p` (frame f, phase p) is
 #
 #     y[new * f + p] = sum_k  x[orig * f + k - width] * h_p[k],     k = 0 .. 2 * width + orig - 1
-#     h_p[k] = sinc(pi * s) * cos(pi * s / (2 * W))^2 * base / orig,    s = clamp(base * ((k - width) / orig - p / new), -W, W)
+#     h_p[k] = sinc(pi * s) * cos(pi * s / (2 * W))^2 * base / orig,
+#     s = clamp(base * ((k - width) / orig - p / new), -W, W)
 #
 # with W = 6 zero crossings (`lowpass_filter_width`), `base = min(orig, new) * 0.99` (`rolloff`) and
 # `width = ceil(W * orig / base)`: one strided `conv1d` with `new` output channels over the input padded by `width`
-# on the left and `width + orig` on the right. The kernel is built in the input's dtype with the same sequence of
-# float operations as torchaudio, so the outputs agree to the last bit or two (tests/test_resample.py checks golden
-# vectors made by torchaudio itself).
+# on the left and `width + orig` on the right, the kernel built in the input's dtype with torchaudio's float operations.
 # ---------------------------------------------------------------------------------------------------------------
 RESAMPLE_LOWPASS_FILTER_WIDTH = 6
 RESAMPLE_ROLLOFF = 0.99
@@ -147,9 +143,9 @@ class HiggsAudioV3Codec(XcodecModel):
     transformers' `XcodecModel` does the work; ours adds the Higgs VQ levels, the resample without torchaudio and a
     float32 pin (the decoder's transposed convolutions are unstable in half precision): a cast of the model that holds
     it (`model.to(torch.bfloat16)`, `half()`) leaves its weights float32, bit for bit, and moves them to its device.
-    `encode` maps `N >= hop_length` samples to `floor((ceil(2 * N / 3) + 560) / 640)` frames for the real strides (the
-    processor counts them without a codec, `_get_encoded_length`), `decode` `T` frames to `T * 960` samples; its
-    callers (the model's `encode_reference` / `encode_target`, `decode_audio`, the streamer) check what they hand it.
+    `encode` maps `N >= hop_length` samples to frames (the processor counts them without a codec,
+    `_get_encoded_length`), `decode` `T` frames to `T * hop_length` samples; its callers (the model's
+    `encode_reference` / `encode_target`, `decode_audio`, the streamer) check what they hand it.
 
     Example:
 
@@ -184,10 +180,8 @@ class HiggsAudioV3Codec(XcodecModel):
     @classmethod
     def from_codec_config(cls, codec_config: dict) -> HiggsAudioV3Codec:
         """Build the codec (random weights, float32, frozen: a fixed tokenizer no optimizer may see) from a complete
-        `HiggsAudioV2TokenizerConfig` dict (`HiggsAudioV3Config` checks the model's; the converter carries the real
-        one, `conversion.original_format.REAL_CODEC_CONFIG`). Also under a bf16 default dtype (as inside
-        `from_pretrained(..., dtype=torch.bfloat16)`) it is float32, and the weight loader keeps the dtype of the
-        parameters it fills."""
+        config dict (`build_codec_config`); float32 also under a bf16 default dtype (as inside `from_pretrained(...,
+        dtype=torch.bfloat16)`), whose weight loader keeps the dtype of the parameters it fills."""
         return cls(build_codec_config(codec_config)).float().requires_grad_(False)
 
     def _apply(self, fn, recurse: bool = True):
@@ -205,8 +199,8 @@ class HiggsAudioV3Codec(XcodecModel):
     # ------------------------------------------------------------------ encode / decode
     def _extract_semantic_features(self, input_values: torch.Tensor) -> torch.Tensor:
         """HuBERT features at the codec frame rate: `[B, 1, N]` at 24 kHz -> `[B, T, semantic_hidden]`."""
-        # *** Higgs Audio v3 specific *** `resample_audio` (torchaudio's algorithm) instead of torchaudio itself; the rest
-        # as transformers' `HiggsAudioV2TokenizerModel._extract_semantic_features`.
+        # *** Higgs Audio v3 specific *** `resample_audio` (torchaudio's algorithm) instead of torchaudio itself; the
+        # rest as transformers' `HiggsAudioV2TokenizerModel._extract_semantic_features`.
         input_values = resample_audio(input_values, self.config.sample_rate, self.config.semantic_sample_rate)
         # *** end Higgs Audio v3 specific ***
         input_values = input_values[:, 0, :]  # [B, M] at 16 kHz
@@ -262,19 +256,16 @@ class HiggsAudioV3Codec(XcodecModel):
 
     @torch.no_grad()
     def encode_waveform(self, waveform: torch.FloatTensor) -> torch.LongTensor:
-        """One mono waveform `[samples]` at the codec's rate -> its raw codes `[frames, num_quantizers]` (frame-major, on
-        the CPU), the layout of a voice and of `apply_delay_pattern`."""
+        """One mono waveform `[samples]` at the codec's rate -> its raw codes `[frames, num_quantizers]` (frame-major,
+        on the CPU), the layout of a voice and of `apply_delay_pattern`."""
         codes = self.encode(waveform.to(self.fc.weight.device)[None, None])  # [1, Q, T]
         return codes[0].T.to("cpu")  # [T, Q]
 
 
 def build_codec_config(codec_config: dict) -> HiggsAudioV2TokenizerConfig:
-    """A `HiggsAudioV2TokenizerConfig` from a complete dict (`HiggsAudioV3Config` checks the model's), always from the
-    dict's own values, never the class defaults (which differ from the real codec: 16 quantizers, a hop of 320).
-
-    Works on transformers 5.5 (`sub_configs` + `CONFIG_MAPPING`) and 5.24 (`sub_configs_defaults`): both build the
-    sub-configs from dicts that carry a `model_type`. The dict is deep-copied (5.5 writes into the sub-config dicts).
-    """
+    """A `HiggsAudioV2TokenizerConfig` from a complete dict (`configuration_higgs_v3.codec_config_problems`), never
+    from the class defaults. transformers 5.5 (`sub_configs` + `CONFIG_MAPPING`) and 5.24 (`sub_configs_defaults`) both
+    build the sub-configs from dicts that carry a `model_type`; the dict is deep-copied (5.5 writes into them)."""
     config_dict = copy.deepcopy(codec_config)
     config_dict["acoustic_model_config"].setdefault("model_type", "dac")
     config_dict["semantic_model_config"].setdefault("model_type", "hubert")
@@ -306,9 +297,8 @@ def codec_device_map(device_map, top_level_modules: tuple[str, ...]):
 
 
 def place_codec(model) -> None:
-    """Make `model.codec` run on the device its `model.hf_device_map` entry names (`"cpu"` and `"disk"`: the CPU),
-    offloaded weights loaded there, hooks removed; nothing to do without a device map. `from_pretrained` calls it, e.g.
-    for `device_map={"": "cuda:0", "codec": "cpu"}` (the codec on the CPU, the rest on the GPU)."""
+    """Make `model.codec` run on the device its `model.hf_device_map` entry names, as above; nothing to do without a
+    device map. `from_pretrained` calls it."""
     device_map = getattr(model, "hf_device_map", None) or {}
     owner = "codec" if "codec" in device_map else ""
     if model.codec is None or owner not in device_map:

@@ -27,17 +27,12 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 CACHE_KWARG: str = "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
 """Name of the KV cache in forward kwargs, model outputs and generation kwargs for the installed transformers."""
 
-def _parallel_styles() -> set[str]:
-    try:  # transformers >= 5.x with `transformers.distributed.tensor_parallel` (5.24); absent on 5.5
-        from transformers.distributed.tensor_parallel import ALL_PARALLEL_STYLES
-    except ImportError:
-        return set()
-    return set(ALL_PARALLEL_STYLES.keys())
-
-
-REPLICATE_STYLE: str | None = "replicate" if "replicate" in _parallel_styles() else None
-"""The tensor-parallel style that keeps a module whole on every rank, or None where the installed transformers has
-none (a module outside the plan is then replicated all the same)."""
+try:  # `transformers.distributed.tensor_parallel` (5.24); absent on 5.5
+    from transformers.distributed.tensor_parallel import ALL_PARALLEL_STYLES
+except ImportError:
+    ALL_PARALLEL_STYLES = {}
+REPLICATE_STYLE: str | None = "replicate" if "replicate" in ALL_PARALLEL_STYLES else None
+"""The tensor-parallel style that keeps a module whole on every rank, or None where there is none (see above)."""
 
 
 def replicated(*modules: str) -> dict[str, str]:
@@ -60,27 +55,13 @@ def tensor_parallel_kwargs(tp_size: int | None = None) -> dict:
     return {"tp_plan": "auto", **({"tp_size": tp_size} if tp_size is not None else {})}
 
 
-PIPELINE_MODULES: tuple[tuple[str, str], ...] = (("transformers.pipelines.text_to_audio", "TextToAudioPipeline"),)
-"""(module, class) of the pipelines whose `_default_generation_config` ranks below the model's generation config."""
-
-
-def _is_pipeline_default(generation_config: GenerationConfig | None) -> bool:
-    """Whether `generation_config` is a pipeline class's own default object (only the pipeline itself passes it)."""
-    if generation_config is None:
-        return False
-    for module_name, class_name in PIPELINE_MODULES:
-        pipeline_class = getattr(sys.modules.get(module_name), class_name, None)  # not imported: not its default
-        if generation_config is getattr(pipeline_class, "_default_generation_config", None):
-            return True
-    return False
-
-
 def prepare_generation_config(
     model, generation_config: GenerationConfig | None, **kwargs
 ) -> tuple[GenerationConfig, dict]:
     """`GenerationMixin._prepare_generation_config`, except that a pipeline's own default config ranks below the
     model's generation config (it fills only what the model's leaves unset); a user's keeps its priority."""
-    if _is_pipeline_default(generation_config):
+    pipeline = getattr(sys.modules.get("transformers.pipelines.text_to_audio"), "TextToAudioPipeline", None)
+    if generation_config is not None and generation_config is getattr(pipeline, "_default_generation_config", None):
         merged = copy.deepcopy(model.generation_config)
         for key, value in generation_config.to_diff_dict().items():
             if key != "transformers_version" and getattr(merged, key, None) is None:
@@ -89,5 +70,4 @@ def prepare_generation_config(
     return GenerationMixin._prepare_generation_config(model, generation_config, **kwargs)
 
 
-__all__ = ["CACHE_KWARG", "PIPELINE_MODULES", "REPLICATE_STYLE", "prepare_generation_config", "replicated",
-           "tensor_parallel_kwargs"]
+__all__ = ["CACHE_KWARG", "REPLICATE_STYLE", "prepare_generation_config", "replicated", "tensor_parallel_kwargs"]

@@ -162,8 +162,7 @@ class HiggsAudioV3Config(Qwen3Config):
             raise ValueError(" ".join(problems))
 
     def _codec_config_problems(self, codec) -> list[str]:
-        """`codec_config_problems`, then the values that disagree with the audio fields (rate, codes, hop,
-        quantizers)."""
+        """`codec_config_problems`, then the values that disagree with the audio fields (rate, codes, hop, VQ)."""
         problems = codec_config_problems(codec)
         if problems:
             return problems
@@ -193,9 +192,9 @@ class HiggsAudioV3Config(Qwen3Config):
 
 
 def codec_config_problems(codec) -> list[str]:
-    """What keeps `codec` from being a complete `HiggsAudioV2TokenizerConfig` dict, one sentence each: keys whose
-    transformers defaults differ from the real codec's (a missing `target_bandwidths` would give 16 quantizers, missing
-    DAC ratios a hop of 320) and sub-configs of another kind. `check_codec_config` raises them."""
+    """What keeps `codec` from being a complete `HiggsAudioV2TokenizerConfig` dict, one sentence each: missing keys
+    whose transformers defaults differ from the real codec's (`CODEC_CONFIG_KEYS`, `ACOUSTIC_CONFIG_KEYS`: a missing
+    `target_bandwidths` would give 16 quantizers, missing DAC ratios a hop of 320) and sub-configs of another kind."""
     if not isinstance(codec, dict):
         return [f"codec_config must be a dict, got {type(codec).__name__}."]
     missing = [key for key in CODEC_CONFIG_KEYS if key not in codec]
@@ -233,9 +232,7 @@ CODEC_CONFIG_KEYS: tuple[str, ...] = (
     "acoustic_model_config", "semantic_model_config", "target_bandwidths", "sample_rate", "semantic_sample_rate",
     "codebook_size", "codebook_dim", "downsample_factor",
 )
-"""Keys a codec config must carry: their transformers defaults differ from the real codec's."""
 ACOUSTIC_CONFIG_KEYS: tuple[str, ...] = ("downsampling_ratios", "upsampling_ratios", "hidden_size")
-"""Keys its acoustic (DAC) sub-config must carry, for the same reason."""
 
 
 __all__ = ["AUTO_MAP", "HiggsAudioV3Config", "check_codec_config", "codec_config_problems"]

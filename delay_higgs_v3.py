@@ -20,10 +20,10 @@ Reverting reads the diagonal back: `R[t, c] = D[t + c, c]` for `t` in `0 .. rows
 
 Generation ends the same way (spec §6): codebook 0 is not checked during the delay window (rows `0 .. C - 1`); its first
 EOC at a row `r >= C` ends speech with `T = r` frames, and `C - 2` more rows follow, so `r + C - 1` rows in all (rows 4
-and 5 above, with `r = 4`). `speech_end_row` / `speech_rows` / `speech_finished` are that rule (for `generate`, the
-decoding of rows to audio and the streamers), `rows_to_codes` the one way from generated rows to codec codes,
-`check_codes` the codes rule, and `HiggsAudioV3AudioSpec` the audio constants with the rows / frames / seconds
-arithmetic, so that no other module writes `num_codebooks - 1` itself.
+and 5 above, with `r = 4`); rows after those are padding. `speech_end_row` / `speech_rows` / `speech_finished` are that
+rule (for `generate`, the decoding of rows to audio and the streamers), `rows_to_codes` the one way from generated rows
+to codec codes, `check_codes` the codes rule, and `HiggsAudioV3AudioSpec` the audio constants with the rows / frames /
+seconds arithmetic, so that no other module writes `num_codebooks - 1` itself.
 """
 
 from __future__ import annotations
@@ -81,15 +81,15 @@ def apply_delay_pattern(codes: torch.LongTensor, boc_id: int, eoc_id: int) -> to
     row = torch.arange(rows, device=codes.device)[:, None]  # [rows, 1]
     frame = row - torch.arange(num_codebooks, device=codes.device)[None, :]  # [rows, C]: source frame r - c
     gathered = codes.gather(-2, frame.clamp(0, num_frames - 1).expand(*codes.shape[:-2], rows, num_codebooks))
-    out = torch.where(frame < 0, boc_id, torch.where(frame >= num_frames, eoc_id, gathered))
-    return out
+    return torch.where(frame < 0, boc_id, torch.where(frame >= num_frames, eoc_id, gathered))
 
 
 def revert_delay_pattern(delayed: torch.LongTensor) -> torch.LongTensor:
     """Undo the delay: `[..., rows, C]`, `rows >= C - 1`, -> `[..., rows - C + 1, C]` with `R[t, c] = D[t + c, c]`."""
     rows, num_codebooks = delayed.shape[-2], delayed.shape[-1]
     num_frames = rows - num_codebooks + 1
-    index = torch.arange(num_frames, device=delayed.device)[:, None] + torch.arange(num_codebooks, device=delayed.device)
+    device = delayed.device
+    index = torch.arange(num_frames, device=device)[:, None] + torch.arange(num_codebooks, device=device)  # [T, C]
     return delayed.gather(-2, index.expand(*delayed.shape[:-2], num_frames, num_codebooks))
 
 
@@ -97,13 +97,11 @@ NO_END = 2**62
 """What `speech_end_row` returns for a sequence whose codebook 0 has not ended speech (larger than any row)."""
 
 
-def speech_end_row(codebook0: torch.LongTensor, eoc_id: int, num_codebooks: int, first_row: int = 0) -> torch.LongTensor:
-    """The row that ends speech: the first EOC of codebook 0 at a row `r >= num_codebooks`, else `NO_END`.
-
-    `codebook0` holds `[..., n]` codebook-0 codes of rows `first_row .. first_row + n - 1` (all rows, or only the newest
-    ones: take the `minimum` with the previous result). Returns `[...]`. A sequence that ends at row `r` has `r`
-    frames and `r + num_codebooks - 1` rows (`speech_rows`); rows after those are padding.
-    """
+def speech_end_row(codebook0: torch.LongTensor, eoc_id: int, num_codebooks: int, first_row: int = 0
+                   ) -> torch.LongTensor:
+    """The row that ends speech (see above): the first EOC of codebook 0 at a row `r >= num_codebooks`, else `NO_END`.
+    `codebook0` holds `[..., n]` codebook-0 codes of rows `first_row .. first_row + n - 1` (all rows, or only the
+    newest ones: take the `minimum` with the previous result). Returns `[...]`."""
     num_rows = codebook0.shape[-1]
     is_eoc = codebook0 == eoc_id
     if num_rows == 1 and first_row >= num_codebooks:  # one new row after the delay window (a streamer's every put)

@@ -7,25 +7,13 @@ are `[B * C, positions, codebook_size]` (its one layout), the stock loop picks o
 around it: `prepare_inputs_for_generation` (the fused embedding of the previous row), the delay window's BOC, the
 sampling of `sampling_higgs_v3` (seeded per sequence; the stock loop runs greedy over its one-hot scores) and the end
 of speech (`delay_higgs_v3.speech_end_row`). `generate` checks its arguments once, at its entry; the per-step path
-checks nothing, loops over no rows or codebooks and reads nothing from the device.
-
-The worked example of the spec, with C = 3 (countdown 1):
-
-```
-step  input           emitted          state after
-0     prefill         [a0  BOC BOC]    delay window: codebooks 1, 2 forced to BOC
-1     emb(row 0)      [a1  b0  BOC]    codebook 2 forced to BOC
-2     emb(row 1)      [a2  b1  c0 ]    window over (no EOC check up to here)
-3     emb(row 2)      [a3  b2  c1 ]
-4     emb(row 3)      [EOC b3  c2 ]    codebook 0 is EOC: countdown := C - 2 = 1
-5     emb(row 4)      [EOC EOC c3 ]    countdown 1 -> 0: done (T + C - 1 = 6 rows for T = 4 frames)
-```
+checks nothing, loops over no rows or codebooks and reads nothing from the device. Step `s` (0: the prefill) emits
+row `s` of the delayed matrix pictured in `delay_higgs_v3`.
 """
 
 from __future__ import annotations
 
 import copy
-import inspect
 from dataclasses import dataclass
 
 import torch
@@ -134,35 +122,14 @@ class HiggsAudioV3StoppingCriteria(StoppingCriteria):
         self.ended = torch.zeros(batch_size, num_codebooks, dtype=torch.bool, device=device)
         self.done = self.ended.view(-1)  # [B*C], updated in place with `ended`
 
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor | None = None, **kwargs) -> torch.BoolTensor:
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor | None = None, **kwargs
+                 ) -> torch.BoolTensor:
         lag = self.num_codebooks - 2
         row = input_ids.shape[1] - self.prompt_length - 1 - lag  # a row whose EOC would end speech now (Python int)
         if row >= self.num_codebooks:  # EOC counts from row C on (spec: not during the delay window)
             column = input_ids.shape[1] - 1 - lag
             self.ended |= input_ids[:: self.num_codebooks, column : column + 1] == self.eos_token_id  # [B, 1] -> [B, C]
         return self.done
-
-
-# *** Higgs v3 specific: a speed-up of the stock loop's per-step bookkeeping, installed by `_get_logits_processor` ***
-class _LogitsProcessorList(LogitsProcessorList):
-    """`LogitsProcessorList` that reads each processor's signature once, not on every step as the stock one does
-    (`inspect.signature` of a bound method costs about as much as a small decode step's other bookkeeping). Same
-    contract: a processor with parameters beyond `(input_ids, scores)` gets the keyword arguments, which must hold them.
-    """
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
-        extra = self.__dict__.get("_extra_parameters")
-        if extra is None or len(extra) != len(self):  # first step (or the list changed)
-            extra = self._extra_parameters = [list(inspect.signature(p.__call__).parameters)[2:] for p in self]
-        for processor, names in zip(self, extra):
-            if names and not all(name in kwargs for name in names):
-                raise ValueError(f"Make sure that all the required parameters: {names} for {processor.__class__} are "
-                                 "passed to the logits processor.")
-            scores = processor(input_ids, scores, **kwargs) if names else processor(input_ids, scores)
-        return scores
-
-
-# *** end Higgs v3 specific ***
 
 
 class _RowStreamer(BaseStreamer):
@@ -236,7 +203,7 @@ def _argument_problems(input_ids, attention_mask, generation_config, logits_proc
         if given is not None and (not isinstance(given, (list, tuple)) or not all(callable(item) for item in given)):
             problems.append(f"{name} must be a list of callables (a {name.title().replace('_', '')}List), got "
                             f"{given!r:.80}.")
-    if streamer is not None and not (callable(getattr(streamer, "put", None)) and callable(getattr(streamer, "end", None))):
+    if streamer is not None and not all(callable(getattr(streamer, name, None)) for name in ("put", "end")):
         problems.append("streamer must have put() and end() (a transformers BaseStreamer, e.g. "
                         f"model.audio_streamer()), got {type(streamer).__name__}.")
     if max_positions is not None and (isinstance(max_positions, bool) or not isinstance(max_positions, int)
@@ -281,9 +248,7 @@ def _option_problems(generation_config: GenerationConfig) -> list[str]:
 
 
 class HiggsAudioV3GenerationMixin(GenerationMixin):
-    r"""`generate` for Higgs Audio v3: `_audio_generation_config` (every argument checked once, the stock loop's
-    config), `merge_reference_clips` (once), `_audio_generation_pieces` (our logits processors and stopping
-    criterion), the stock `generate` over `B * C` rows, `_audio_generation_output` (read off the returned rows)."""
+    r"""`generate` for Higgs Audio v3, around transformers' stock loop over `B * C` rows (see the module docstring)."""
 
     @torch.no_grad()
     def generate(
@@ -355,7 +320,7 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
                 audio_input_ids=audio_input_ids,
                 audio_input_ids_mask=audio_input_ids_mask,
                 audio_prompt_length=prompt_length,
-                audio_code_offsets=_audio_code_offsets(batch_size, num_codebooks, self.config.codebook_size, input_ids.device),
+                audio_code_offsets=_audio_code_offsets(batch_size, num_codebooks, self.codebook_size, input_ids.device),
                 generation_config=generation_config,
                 logits_processor=LogitsProcessorList(
                     [*(logits_processor or []), *processors, *([progress] if progress is not None else [])]
@@ -395,9 +360,8 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         return_dict = generation_config.return_dict_in_generate
         warpers = sampling_warpers(generation_config) if generation_config.do_sample else None
         # *** Higgs v3 specific: what the stock loop is told, changed here in the open ***
-        # Sampling is ours (per-sequence seeds): the warpers above and the seeded sampler's draw. The stock loop runs
-        # greedy over the sampler's one-hot scores, so it gets no sampling fields (it would build its own warpers, with
-        # a hidden top-k of 50, and draw again from the global RNG).
+        # Sampling is ours (the warpers above, the seeded draw): the stock loop runs greedy, with no sampling fields
+        # (it would build its own warpers, with a hidden top-k of 50, and draw again from the global RNG).
         generation_config.update(do_sample=False, **_STOCK_SAMPLING_FIELDS)
         generation_config.pad_token_id = self.config.audio_eoc_token_id  # finished rows are padded with EOC
         generation_config.eos_token_id = None  # our stopping criterion ends sequences
@@ -416,7 +380,7 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
             defaults = default_generation_config(self.config)
         generation_config = copy.deepcopy(generation_config if generation_config is not None else defaults)
         for name, value in defaults.to_dict().items():
-            if not name.startswith("_") and hasattr(generation_config, name) and getattr(generation_config, name) is None:
+            if not name.startswith("_") and getattr(generation_config, name, 0) is None:
                 setattr(generation_config, name, value)
         # Greedy decoding asked for here drops the sampling defaults the caller did not set, so that transformers'
         # validation does not warn about them (e.g. the default top_k=0 under do_sample=False).
@@ -429,7 +393,7 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         except TypeError as error:  # transformers' validation comparing an option of the wrong type
             options = ", ".join(f"{k}={v!r}" for k, v in kwargs.items() if hasattr(generation_config, k))
             return generation_config, {}, [f"generate() options of the wrong type ({options}): {error}."]
-        if generation_config.max_new_tokens is None:  # e.g. transformers 5.5's pipeline drops it when it sets max_length
+        if generation_config.max_new_tokens is None:  # e.g. transformers 5.5's pipeline drops it for max_length
             generation_config.max_new_tokens = defaults.max_new_tokens or MAX_NEW_TOKENS
         return generation_config, model_kwargs, []
 
@@ -438,7 +402,7 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         """Prompt plus rows within `max_positions`: a prompt that fills it is a problem, a `max_new_tokens` that
         passes it is clipped with a warning; with `max_positions=None`, within the model's position embeddings."""
         if max_positions is None:
-            # *** Higgs v3 specific: no request beyond the positions the model was built for, even with the limit lifted ***
+            # *** Higgs v3 specific: never beyond the positions the model was built for, even with the limit lifted ***
             embeddings = getattr(self.config.get_text_config(), "max_position_embeddings", None)
             if embeddings is not None and prompt_length + generation_config.max_new_tokens > embeddings:
                 return [f"max_new_tokens={generation_config.max_new_tokens} after a {prompt_length}-position prompt "
@@ -449,8 +413,9 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         room = max_positions - prompt_length
         if room < 1:
             return [f"The prompt has {prompt_length} positions, but one request may use at most max_positions="
-                    f"{max_positions} (prompt plus generated rows, the official server's limit). Use a shorter reference "
-                    "clip or text (synthesize_long splits long text), or pass max_positions=None to lift the limit."]
+                    f"{max_positions} (prompt plus generated rows, the official server's limit). Use a shorter "
+                    "reference clip or text (processor.synthesize_long splits long text), or pass max_positions=None "
+                    "to lift the limit."]
         if generation_config.max_new_tokens > room:
             logger.warning(
                 f"max_new_tokens={generation_config.max_new_tokens} after a {prompt_length}-position prompt would pass "
@@ -525,12 +490,11 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
             *(warpers or []),
             HiggsAudioV3DelayPatternLogitsProcessor(num_codebooks, self.config.audio_boc_token_id, prompt_length),
         ]
-        if warpers is not None:
-            seed = draw_seed() if seed is None else seed  # once per call
-            values = seed.tolist() if hasattr(seed, "tolist") else seed
-            seeds = torch.tensor(values if isinstance(values, (list, tuple)) else [values] * batch_size, device=device)
+        if warpers is not None:  # one seed per sequence (`_seed_problems` checked them); unseeded: drawn once per call
+            seeds = torch.as_tensor(draw_seed() if seed is None else seed, device=device).long().expand(batch_size)
             processors.append(HiggsAudioV3SeededSampler(seeds, num_codebooks, prompt_length))
-        stopper = HiggsAudioV3StoppingCriteria(batch_size, num_codebooks, self.config.audio_eoc_token_id, prompt_length, device)
+        eoc = self.config.audio_eoc_token_id
+        stopper = HiggsAudioV3StoppingCriteria(batch_size, num_codebooks, eoc, prompt_length, device)
         return processors, stopper
 
     def _audio_generation_output(
@@ -569,12 +533,6 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         )
 
     # -------------------------------------------------------------------------------------- stock loop hooks
-    def _get_logits_processor(self, *args, **kwargs) -> LogitsProcessorList:
-        # *** Higgs v3 specific: the same processors, in a list that reads their signatures once (see the class) ***
-        processors = _LogitsProcessorList(super()._get_logits_processor(*args, **kwargs))
-        # *** end Higgs v3 specific ***
-        return processors
-
     def _get_stopping_criteria(self, *args, **kwargs) -> StoppingCriteriaList:
         # *** Higgs v3 specific: generate() refills the text eos id from the model's generation config; an
         # end-of-text check can never fire on audio codes, so it is dropped when our criterion is in the list ***

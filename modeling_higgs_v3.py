@@ -8,7 +8,6 @@ Generation lives in `generation_higgs_v3.py`, the codec and its placement in `co
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 
 import torch
@@ -24,12 +23,8 @@ from .compat_higgs_v3 import CACHE_KWARG, prepare_generation_config, replicated
 from .configuration_higgs_v3 import HiggsAudioV3Config
 from .delay_higgs_v3 import check_codes
 from .generation_higgs_v3 import MAX_NEW_TOKENS, HiggsAudioV3GenerationMixin, default_generation_config
-from .sampling_higgs_v3 import HiggsAudioV3SeededSampler  # noqa: F401 (imported by generation; see below)
+from .sampling_higgs_v3 import HiggsAudioV3SeededSampler  # noqa: F401 (transformers 5.5 copies direct imports only)
 from .streaming_higgs_v3 import HiggsAudioV3AudioStreamer
-
-
-# transformers 5.5 copies only the *direct* relative imports of this file when it loads a local folder with
-# `trust_remote_code=True`, so every module of the chain is imported here, directly.
 
 
 logger = logging.get_logger(__name__)
@@ -206,30 +201,27 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
         lengths = [audio.numel()] if reference_audio_lengths is None else torch.as_tensor(
             reference_audio_lengths).flatten().tolist()  # [K]
         if audio_input_ids is None:
-            problem = ("reference_audio was given without audio_input_ids; pass the processor's whole output "
-                       "(model.generate(**inputs)): its audio_input_ids hold the rows the clips fill.")
-        elif audio.dim() != 1 or audio.numel() == 0:
-            problem = ("reference_audio must be the clips' waveforms one after another, [total samples] (as the "
-                       f"processor returns it), got shape {tuple(audio.shape)}.")
-        elif not all(isinstance(n, int) and n > 0 for n in lengths) or sum(lengths) != audio.numel():
-            problem = (f"reference_audio_lengths {lengths} must be positive integers and add up to the {audio.numel()} "
-                       "samples of reference_audio (the clips one after another).")
-        else:
-            rows = audio_input_ids.reshape(-1, self.num_codebooks) if audio_input_ids_mask is None else (
-                audio_input_ids[audio_input_ids_mask.bool()])  # [N, C]
-            delayed = [self.config.audio_spec.delay(codec.encode_waveform(clip)) for clip in audio.split(lengths)]
-            positions = torch.nonzero(rows[:, 0] == self.config.audio_placeholder_id).flatten().cpu()  # [M] host read
-            expected = [d.shape[0] for d in delayed]  # clip k takes marked rows ends[k] - expected[k] .. ends[k] - 1
-            ends = torch.tensor(expected).cumsum(0).tolist()
-            contiguous = positions.numel() == ends[-1] and all(  # each clip's rows are one run of its prompt's
-                int(positions[end - 1] - positions[end - n]) == n - 1 for end, n in zip(ends, expected))
-            problem = None if contiguous else (
+            raise ValueError("reference_audio was given without audio_input_ids; pass the processor's whole output "
+                             "(model.generate(**inputs)): its audio_input_ids hold the rows the clips fill.")
+        if audio.dim() != 1 or audio.numel() == 0:
+            raise ValueError("reference_audio must be the clips' waveforms one after another, [total samples] (as the "
+                             f"processor returns it), got shape {tuple(audio.shape)}.")
+        if not all(isinstance(n, int) and n > 0 for n in lengths) or sum(lengths) != audio.numel():
+            raise ValueError(f"reference_audio_lengths {lengths} must be positive integers and add up to the "
+                             f"{audio.numel()} samples of reference_audio (the clips one after another).")
+        rows = audio_input_ids.reshape(-1, self.num_codebooks) if audio_input_ids_mask is None else (
+            audio_input_ids[audio_input_ids_mask.bool()])  # [N, C]
+        delayed = [self.config.audio_spec.delay(codec.encode_waveform(clip)) for clip in audio.split(lengths)]
+        positions = torch.nonzero(rows[:, 0] == self.config.audio_placeholder_id).flatten().cpu()  # [M] host read
+        expected = [d.shape[0] for d in delayed]  # clip k takes marked rows ends[k] - expected[k] .. ends[k] - 1
+        ends = torch.tensor(expected).cumsum(0).tolist()
+        if positions.numel() != ends[-1] or any(  # each clip's rows are one run of its prompt's
+                int(positions[end - 1] - positions[end - n]) != n - 1 for end, n in zip(ends, expected)):
+            raise ValueError(
                 f"audio_input_ids marks {positions.numel()} rows for the {len(lengths)} reference clip(s), but this "
                 f"model's codec encodes them to {ends[-1]} rows ({expected}, clip by clip): the processor did not "
                 "count the frames of this model's codec. Use the processor saved with this model, or "
                 "HiggsAudioV3Processor.from_model_config(tokenizer, model.config).")
-        if problem is not None:
-            raise ValueError(problem)
         rows = rows.clone()
         rows[positions.to(rows.device)] = torch.cat(delayed).to(device=rows.device, dtype=rows.dtype)
         return rows
@@ -257,9 +249,9 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
         )  # [N]
         if waveform.shape[0] < spec.num_codebooks * spec.samples_per_frame:
             raise ValueError(
-                f"Target audio is {waveform.shape[0] / spec.sampling_rate:.3f} s long; a training target needs at least "
-                f"{spec.num_codebooks} codec frames ({spec.seconds(spec.num_codebooks):g} s): generation reads the end of "
-                "speech only after its delay window."
+                f"Target audio is {waveform.shape[0] / spec.sampling_rate:.3f} s long; a training target needs at "
+                f"least {spec.num_codebooks} codec frames ({spec.seconds(spec.num_codebooks):g} s): generation reads "
+                "the end of speech only after its delay window."
             )
         return codec.encode_waveform(waveform)  # [T, C]
 
@@ -341,12 +333,6 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
             hidden_states=outputs.hidden_states, attentions=outputs.attentions,
             **{CACHE_KWARG: getattr(outputs, CACHE_KWARG, None)},
         )
-
-    # *** Higgs v3 generation specific: transformers reads `inspect.signature(model.forward)` on every decode step of a
-    # remote-code model (to find a `cache_position` argument); a stored signature makes that a lookup instead of a parse
-    # of the whole argument list (tested to equal the parsed one; benchmarks/bench_decode.py --devices). ***
-    forward.__signature__ = inspect.signature(forward)
-    # *** end Higgs v3 generation specific ***
 
     def audio_loss(self, logits: torch.Tensor, audio_labels: torch.LongTensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Shifted per-codebook cross-entropy (ignore index -100) of `forward`'s logits `[batch * C, L', V]` against

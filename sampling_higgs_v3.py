@@ -65,9 +65,8 @@ def sampling_problems(generation_config: GenerationConfig) -> list[str]:
 
 
 def sampling_warpers(generation_config: GenerationConfig) -> list[LogitsProcessor]:
-    """transformers' own warpers for the sampling fields, in the spec's order (temperature, top-k, top-p, then min-p);
-    an unset field (None) or its neutral value applies nothing: no hidden default such as a top-k of 50. `top_p` in
-    (0, 1] and `min_p` in [0, 1] (`sampling_problems`); the warpers refuse other bad values themselves."""
+    """transformers' own warpers for the sampling fields, in the spec's order (see above); an unset field (None) or
+    its neutral value applies nothing. The caller checked `sampling_problems`; the warpers refuse other bad values."""
     temperature, top_k, top_p, min_p = (
         generation_config.temperature, generation_config.top_k, generation_config.top_p, generation_config.min_p
     )
@@ -81,7 +80,6 @@ def sampling_warpers(generation_config: GenerationConfig) -> list[LogitsProcesso
     if min_p is not None:
         warpers.append(MinPLogitsWarper(min_p=min_p, min_tokens_to_keep=1))
     return warpers
-
 
 
 _MASK32 = 0xFFFFFFFF
@@ -121,11 +119,8 @@ def counter_uniform(
 
 
 class HiggsAudioV3SeededSampler(LogitsProcessor):
-    r"""The draw of sampling, after transformers' warpers: softmax, then inverse-CDF with a counter-based uniform.
-
-    Returns scores that are 0 at the drawn code and -inf elsewhere, so the stock loop's argmax picks it. Each sequence
-    has its own seed; the uniform for (sequence, step, codebook) does not depend on the other sequences.
-    """
+    r"""The draw of sampling, after transformers' warpers (see above). Returns scores that are 0 at the drawn code and
+    -inf elsewhere, so the stock loop's argmax picks it."""
 
     block_steps: int = 256
     """Steps whose uniforms are computed together: memory `[block_steps, B*C]` floats, whatever `max_new_tokens` is."""
@@ -134,19 +129,16 @@ class HiggsAudioV3SeededSampler(LogitsProcessor):
         self.prompt_length = prompt_length
         self.num_codebooks = num_codebooks
         self.row_seeds = seeds.repeat_interleave(num_codebooks)[None, :]  # [1, B*C]
-        self.codebook = (torch.arange(self.row_seeds.shape[1], device=seeds.device) % num_codebooks)[None, :]  # [1, B*C]
+        self.codebook = torch.arange(num_codebooks, device=seeds.device).repeat(seeds.shape[0])[None, :]  # [1, B*C]
         self.first_step = -self.block_steps  # the block of `uniforms` (none yet)
         self.uniforms: torch.Tensor | None = None  # [block_steps, B*C]
 
-    def _compute_block(self, step: int) -> None:
-        self.first_step = step - step % self.block_steps
-        steps = torch.arange(self.first_step, self.first_step + self.block_steps, device=self.row_seeds.device)
-        self.uniforms = counter_uniform(self.row_seeds, steps[:, None], self.codebook, self.num_codebooks)
-
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         step = input_ids.shape[1] - self.prompt_length  # Python int from a shape: no host sync
-        if not 0 <= step - self.first_step < self.block_steps:  # once every `block_steps` steps
-            self._compute_block(step)
+        if not 0 <= step - self.first_step < self.block_steps:  # the next block, once every `block_steps` steps
+            self.first_step = step - step % self.block_steps
+            steps = torch.arange(self.first_step, self.first_step + self.block_steps, device=self.row_seeds.device)
+            self.uniforms = counter_uniform(self.row_seeds, steps[:, None], self.codebook, self.num_codebooks)
         probs = torch.softmax(scores.float(), dim=-1)  # [B*C, V]
         cdf = probs.cumsum(dim=-1)  # [B*C, V]
         uniform = self.uniforms[step - self.first_step]  # [B*C]

@@ -34,14 +34,10 @@ class HiggsAudioV3RowTracker(BaseStreamer):
         """Receive the newest delayed row(s): `[batch, num_codebooks]` or `[batch, k, num_codebooks]`."""
         num_codebooks, batch = self.spec.num_codebooks, None if self.end_row is None else self.end_row.shape[0]
         if value.dim() not in (2, 3) or value.shape[-1] != num_codebooks:
-            problem = (f"A Higgs Audio v3 streamer takes delayed rows [batch, {num_codebooks}] (or [batch, k, "
-                       f"{num_codebooks}]), got shape {tuple(value.shape)}; do not pass the prompt.")
-        elif batch not in (None, value.shape[0]):
-            problem = f"The batch size changed from {batch} to {value.shape[0]} while streaming."
-        else:
-            problem = None
-        if problem is not None:
-            raise ValueError(problem)
+            raise ValueError(f"A Higgs Audio v3 streamer takes delayed rows [batch, {num_codebooks}] (or [batch, k, "
+                             f"{num_codebooks}]), got shape {tuple(value.shape)}; do not pass the prompt.")
+        if batch not in (None, value.shape[0]):
+            raise ValueError(f"The batch size changed from {batch} to {value.shape[0]} while streaming.")
         if value.dim() == 2:
             value = value[:, None, :]  # [B, 1, C]
         value = value.detach().to(device="cpu", dtype=torch.long)
@@ -68,10 +64,6 @@ class HiggsAudioV3RowTracker(BaseStreamer):
         if self.end_row is None:
             return torch.zeros(0, dtype=torch.long)
         return torch.clamp(self.end_row, max=self.spec.frames(self.num_rows))
-
-    def ended(self) -> torch.BoolTensor:
-        """`[batch]`: the sequence's last frame is complete (it ended speech and the frame's codes all arrived)."""
-        return self.end_row <= self.spec.frames(self.num_rows)
 
 
 class HiggsAudioV3AudioStreamer(HiggsAudioV3RowTracker):
@@ -137,7 +129,7 @@ class HiggsAudioV3AudioStreamer(HiggsAudioV3RowTracker):
     # ------------------------------------------------------------------ decoding
     def _emit(self, final: bool) -> None:
         available = self.complete_frames()  # [B] decodable frames of each sequence
-        finished = self.ended()  # [B]
+        finished = self.end_row <= self.spec.frames(self.num_rows)  # [B] ended, and its last frame complete
         if final or bool(finished.all()):
             target = int(available.max())
         else:
@@ -156,7 +148,8 @@ class HiggsAudioV3AudioStreamer(HiggsAudioV3RowTracker):
         windows: dict[tuple[int, int], list[int]] = {}  # sequences that decode the same window of frames, together
         for b, edge in enumerate(available):
             if start < edge:
-                windows.setdefault((max(0, start - self.context_frames), min(end + self.context_frames, edge)), []).append(b)
+                window = (max(0, start - self.context_frames), min(end + self.context_frames, edge))
+                windows.setdefault(window, []).append(b)
         spf = self.spec.samples_per_frame
         chunk = torch.zeros(len(available), (end - start) * spf)
         for (low, high), batch_rows in windows.items():

@@ -13,9 +13,10 @@ finished rows every step, as ours does for EOC; the id never fires), which the t
     python benchmarks/bench_decode.py --width real --dtype bf16 --batch 1 --mode greedy --method diff
     python benchmarks/bench_decode.py --devices --width real --batch 1 16 --rounds 5   # the two speed devices
 
-`--devices` also runs ours with each of the two speed devices of the stock loop's bookkeeping flipped from what the
-product ships (`flipped`), interleaved with the rest, and prints `device on / device off` per round (median, spread,
-and in how many rounds the device was faster: a sign test against the machine's noise):
+`--devices` also runs ours with each of two speed devices of the stock loop's bookkeeping turned on (`device_on`),
+interleaved with the rest, and prints `device on / device off` per round (median, spread, and in how many rounds the
+device was faster: a sign test against the machine's noise). The product ships neither (issue 22: within the noise
+at real width; docs/PERFORMANCE.md finding 3); the flag keeps that decision re-measurable:
 - `signature`: a stored `forward.__signature__`. For a remote-code model (`_auto_class` set), transformers runs
   `inspect.signature(self.forward)` in `prepare_inputs_for_generation` on every step (to look for `cache_position`);
   a stored signature makes that a lookup.
@@ -58,7 +59,7 @@ def parse_args(argv):
     parser.add_argument("--long", type=int, default=32, help="rows per timed run; diff: long run")
     parser.add_argument("--method", choices=["stream", "diff"], default="stream")
     parser.add_argument("--devices", action="store_true",
-                        help="also time ours with each speed device flipped (see the module doc)")
+                        help="also time ours with each speed device turned on (see the module doc)")
     args = parser.parse_args(argv)
     H.check_positive(rounds=args.rounds, short=args.short, long=args.long, batch=min(args.batch))
     if args.long < args.short + 2:
@@ -92,46 +93,24 @@ class SignatureOnceList(LogitsProcessorList):
 DEVICES = ("signature", "list")
 
 
-def shipped(model, device: str) -> bool:
-    """Whether the product ships `device` (see the module doc)."""
+@contextlib.contextmanager
+def device_on(model, device: str):
+    """`device` (see the module doc) turned on in the model's class for the block, turned off again afterwards."""
     cls = type(model)
     if device == "signature":
-        return "__signature__" in vars(cls.forward)
-    return cls._get_logits_processor is not GenerationMixin._get_logits_processor
+        owner, name, value = cls.forward, "__signature__", inspect.signature(cls.forward)
+    else:
+        def value(self, *args, **kwargs):
+            return SignatureOnceList(GenerationMixin._get_logits_processor(self, *args, **kwargs))
 
-
-@contextlib.contextmanager
-def flipped(model, device: str):
-    """`device` switched to the other state than the product's for the block, restored afterwards."""
-    cls, on = type(model), not shipped(model, device)
-    if device == "signature":
-        forward = cls.forward
-        saved = vars(forward).get("__signature__")
-        if on:
-            forward.__signature__ = inspect.signature(forward)
-        else:
-            del forward.__signature__
-        try:
-            yield
-        finally:
-            if saved is None:
-                vars(forward).pop("__signature__", None)
-            else:
-                forward.__signature__ = saved
-        return
-    saved = vars(cls).get("_get_logits_processor")
-
-    def with_list(self, *args, **kwargs):
-        return SignatureOnceList(GenerationMixin._get_logits_processor(self, *args, **kwargs))
-
-    cls._get_logits_processor = with_list if on else GenerationMixin._get_logits_processor
+        owner, name = cls, "_get_logits_processor"
+    if name in vars(owner):
+        raise RuntimeError(f"The model's class already has the {device!r} device ({owner.__qualname__}.{name}).")
+    setattr(owner, name, value)
     try:
         yield
     finally:
-        if saved is None:
-            del cls._get_logits_processor
-        else:
-            cls._get_logits_processor = saved
+        delattr(owner, name)
 
 
 def measure_case(ours, baseline, batch: int, mode: str, args) -> dict:
@@ -168,11 +147,11 @@ def measure_case(ours, baseline, batch: int, mode: str, args) -> dict:
 
     variants = {"ours": ours_rows, "qwen3": qwen3_rows, "qwen3_noeos": qwen3_noeos_rows}
     for device in DEVICES if args.devices else ():
-        def flipped_rows(rows, streamer=None, device=device):
-            with flipped(ours, device):
+        def device_rows(rows, streamer=None, device=device):
+            with device_on(ours, device):
                 return ours_rows(rows, streamer)
 
-        variants[f"ours_{device}_flipped"] = flipped_rows
+        variants[f"ours_{device}_on"] = device_rows
     with torch.inference_mode():
         for fn in variants.values():  # warm-up (allocator, first-call paths)
             fn(args.short + 2)
@@ -183,10 +162,8 @@ def measure_case(ours, baseline, batch: int, mode: str, args) -> dict:
     best = min(r["step_s"] for r in runs["ours"]) / min(r["step_s"] for r in runs["qwen3"])
     devices = {}
     for device in DEVICES if args.devices else ():
-        on, off = runs[f"ours_{device}_flipped"], runs["ours"]
-        if shipped(ours, device):
-            on, off = off, on
-        devices[device] = {"shipped": shipped(ours, device), "on_ms": H.summarize([1e3 * r["step_s"] for r in on]),
+        on, off = runs[f"ours_{device}_on"], runs["ours"]
+        devices[device] = {"on_ms": H.summarize([1e3 * r["step_s"] for r in on]),
                            "off_ms": H.summarize([1e3 * r["step_s"] for r in off]),
                            "on_over_off": H.ratio_summary(on, off),
                            "rounds_on_faster": sum(a["step_s"] < b["step_s"] for a, b in zip(on, off))}
@@ -297,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in results:
         for device, d in r["devices"].items():
             ratio = d["on_over_off"]
-            print(f"  {r['width']} {r['dtype']} b{r['batch']} {r['mode']}: {device} device (shipped: {d['shipped']}) "
+            print(f"  {r['width']} {r['dtype']} b{r['batch']} {r['mode']}: {device} device "
                   f"on {d['on_ms']['median']:.3f} ms / off {d['off_ms']['median']:.3f} ms = {ratio['median']:.3f} "
                   f"(per round {ratio['min']:.3f}-{ratio['max']:.3f}; on faster in {d['rounds_on_faster']} of "
                   f"{ratio['n']} rounds)")

@@ -5,6 +5,7 @@ timings included, is the integration layer (`-m integration`)."""
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import sys
 from pathlib import Path
@@ -311,25 +312,26 @@ def test_bench_decode_bad_options(capsys):
     assert "--long (9) must exceed --short (8) by at least 2." in capsys.readouterr().err
 
 
-def test_bench_decode_flips_each_speed_device_and_restores_it(tiny_pair):
-    """`--devices` flips the stored forward signature and the signature-once logits processor list from what ships
-    (both ship), for one block, restoring them after; the rows generated are the same either way."""
+def test_bench_decode_turns_each_speed_device_on_and_off_again(tiny_pair):
+    """`--devices` turns the stored forward signature and the signature-once logits processor list on (the product
+    ships neither) for one block, and off again after it; the rows generated are the same either way."""
     bench, ours = script("bench_decode"), tiny_pair[0]
-    forward, inputs = type(ours).forward, H.ours_prompt(ours.config, 1, 12)
-    assert bench.shipped(ours, "signature") and bench.shipped(ours, "list")
-    stored = vars(forward)["__signature__"]
+    cls, inputs = type(ours), H.ours_prompt(ours.config, 1, 12)
+    assert "__signature__" not in vars(cls.forward) and "_get_logits_processor" not in vars(cls)
     expected = ours.generate(**inputs, max_new_tokens=10, do_sample=False)
-    with bench.flipped(ours, "signature"):
-        assert "__signature__" not in vars(forward)
+    with bench.device_on(ours, "signature"):
+        assert vars(cls.forward)["__signature__"] == inspect.signature(cls.forward.__wrapped__)
         assert torch.equal(ours.generate(**inputs, max_new_tokens=10, do_sample=False), expected)
-    assert vars(forward)["__signature__"] is stored
-    with bench.flipped(ours, "list"):
+    assert "__signature__" not in vars(cls.forward)
+    with bench.device_on(ours, "list"):
         processors = ours._get_logits_processor(generation_config=ours.generation_config, input_ids_seq_length=1,
                                                 encoder_input_ids=None, prefix_allowed_tokens_fn=None,
                                                 logits_processor=LogitsProcessorList())
-        assert type(processors) is LogitsProcessorList
+        assert type(processors) is bench.SignatureOnceList
         assert torch.equal(ours.generate(**inputs, max_new_tokens=10, do_sample=False), expected)
-    assert bench.shipped(ours, "list")
+        with pytest.raises(RuntimeError, match="already has the 'list' device"), bench.device_on(ours, "list"):
+            pass
+    assert "_get_logits_processor" not in vars(cls)
 
 
 @pytest.mark.integration
