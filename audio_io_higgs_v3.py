@@ -1,10 +1,9 @@
 # Copyright 2026 the higgs-v3 authors. Licensed under the Apache License, Version 2.0.
 """Audio in and out for Higgs Audio v3: references (clips and voices), the reference-length rule, writing waveforms.
 
-`load_reference` decides what a reference is: a voice (`HiggsAudioV3Voice` of any import, or a saved voice file) or a
-clip, prepared by `prepare_reference_waveform` as the official server prepares it (sglang-omni's
-`prepare_higgs_reference`), so a clip gives the codes the model was served with. Every file is written through
-`atomic_output`; `soundfile` is imported inside `try/except ImportError` (the Hub loader must not demand it).
+`load_reference` decides what a reference is; a clip is prepared by `prepare_reference_waveform` as the official server
+prepares it (sglang-omni's `prepare_higgs_reference`), so it gives the codes the model was served with. Every file is
+written through `atomic_output`.
 """
 
 from __future__ import annotations
@@ -122,12 +121,11 @@ def _damage(info, frames_read: int | None) -> str | None:
     return None
 
 
-def _read_audio(source: str | os.PathLike, max_seconds: float, advice: str) -> tuple[np.ndarray, int]:
+def _read_audio(source: str | os.PathLike, label: str, max_seconds: float, advice: str) -> tuple[np.ndarray, int]:
     """The one reader of files and URLs: (samples `[channels, N]` float32, rate); the header first, so a too long
-    clip is refused before any sample is read."""
+    clip is refused before any sample is read. Refusals name `label`."""
     sf = _soundfile()
     url = is_audio_url(source)
-    label = f"Reference audio {'URL' if url else 'file'} {str(source)!r}"
     if url:
         data = io.BytesIO(_fetch(source))
     elif not os.path.isfile(source):
@@ -203,7 +201,7 @@ def prepare_reference_waveform(
     """
     if isinstance(audio, (str, os.PathLike)):  # a file or an http(s) URL: its rate is read from it
         label = f"Reference audio {'URL' if is_audio_url(audio) else 'file'} {str(audio)!r}"
-        samples, rate = _read_audio(audio, max_seconds, too_long_advice)
+        samples, rate = _read_audio(audio, label, max_seconds, too_long_advice)
         problem = None if sampling_rate in (None, rate) else (
             f"sampling_rate={sampling_rate} was given but {str(audio)!r} is sampled at {rate} Hz; leave sampling_rate "
             f"unset for {'URLs' if is_audio_url(audio) else 'files'} (it is read from the file)")

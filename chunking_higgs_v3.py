@@ -21,6 +21,17 @@ from dataclasses import dataclass
 TAG_PATTERN = re.compile(r"<\|[^<>|\n]*\|>")
 """Anything that looks like a special token (`<|...|>`, one line, no nested brackets)."""
 
+
+def nothing_to_speak(text, where: str = "the text") -> str | None:
+    """The rule "there is nothing to speak", which needs no tokenizer (the command line checks it before any model
+    loads; `processor.check_text` starts with it): the sentence about `where` if `text` is not a string or is blank,
+    else None."""
+    Where = where[:1].upper() + where[1:]
+    if not isinstance(text, str):
+        return f"{Where} must be a string, got {type(text).__name__}."
+    return None if text.strip() else f"{Where} is empty; there is nothing to speak."
+
+
 DEFAULT_MAX_CHARS = 300
 
 # Closing quotes and brackets that belong to the sentence they end.
@@ -38,16 +49,6 @@ _ABBREVIATIONS = frozenset({"mr", "mrs", "ms", "dr", "prof", "st", "jr", "sr", "
 SENTENCE, CLAUSE, SPACE, CHARACTER = 0, 1, 2, 3  # split levels, coarse to fine
 
 
-def spoken_length(text: str) -> int:
-    """The length the chunker measures: characters without tags (not spoken) and edge whitespace."""
-    return len(TAG_PATTERN.sub("", text).strip())
-
-
-def _is_speakable(text: str) -> bool:
-    """Whether `text` has anything to say once tags are removed (a letter, digit or ideograph)."""
-    return any(character.isalnum() for character in TAG_PATTERN.sub("", text))
-
-
 class _Document:
     """A text with its tags masked: `masked` has the same length as `text`, every tag character replaced by a mask
     character that no boundary pattern matches, so boundaries are never found inside a tag."""
@@ -57,26 +58,20 @@ class _Document:
         mask = "\ue000"
         while mask in text:  # a private-use character the text does not contain
             mask = chr(ord(mask) + 1)
-        self.mask = mask
-        self.tag_spans = [match.span() for match in TAG_PATTERN.finditer(text)]
         masked = list(text)
-        inside = [False] * (len(text) + 1)  # inside[i]: a cut at i would split a tag
-        for start, end in self.tag_spans:
+        self.inside = [False] * (len(text) + 1)  # inside[i]: a cut at i would split a tag
+        for start, end in (match.span() for match in TAG_PATTERN.finditer(text)):
             masked[start:end] = mask * (end - start)
-            for i in range(start + 1, end):
-                inside[i] = True
+            self.inside[start + 1 : end] = [True] * (end - start - 1)
         self.masked = "".join(masked)
-        self.inside = inside
         # after_tag[i]: text[:i] ends with a tag once trailing whitespace is dropped (a cut there strands the tag).
-        after_tag, last = [False] * (len(text) + 1), False
+        self.after_tag, last = [False] * (len(text) + 1), False
         for i, character in enumerate(self.masked):
             if not character.isspace():
                 last = character == mask
-            after_tag[i + 1] = last
-        self.after_tag = after_tag
-        escaped_mask = re.escape(mask)
+            self.after_tag[i + 1] = last
         closers = re.escape(_CLOSERS)
-        follow = rf"(?=\s|{escaped_mask}|$)"
+        follow = rf"(?=\s|{re.escape(mask)}|$)"
         self.patterns = {
             SENTENCE: re.compile(
                 rf"[{re.escape(_ALWAYS_TERMINALS)}][{closers}]*\s*"
@@ -100,18 +95,9 @@ class _Document:
         word = word.group(1)
         return word.lower() in _ABBREVIATIONS or (len(word) == 1 and word.isupper())
 
-    def _valid(self, cut: int, start: int, end: int) -> bool:
-        """A cut strictly inside `[start, end)`, not inside a tag, not right after a tag (tags go with what follows)
-        and not before a combining mark."""
-        return (
-            start < cut < end
-            and not self.inside[cut]
-            and not self.after_tag[cut]
-            and not unicodedata.combining(self.text[cut])
-        )
-
     def cuts(self, start: int, end: int, level: int) -> list[int]:
-        """Positions in `(start, end)` where the span may be cut at `level`."""
+        """Positions strictly inside `(start, end)` where the span may be cut at `level`: not inside a tag, not right
+        after a tag (tags go with what follows) and not before a combining mark."""
         if level == CHARACTER:
             candidates = range(start + 1, end)
         else:
@@ -120,7 +106,8 @@ class _Document:
                 for match in self.patterns[level].finditer(self.masked, start, end)
                 if not (level == SENTENCE and self._is_abbreviation(match))
             )
-        return [cut for cut in candidates if self._valid(cut, start, end)]
+        return [cut for cut in candidates if start < cut < end and not self.inside[cut] and not self.after_tag[cut]
+                and not unicodedata.combining(self.text[cut])]
 
     def split(self, start: int, end: int, level: int) -> list[tuple[int, int]]:
         """`[start, end)` cut at every boundary of `level`. Above the character level, pieces with nothing to say are
@@ -135,7 +122,7 @@ class _Document:
         for a, b in pieces:
             if pending is not None:
                 a, pending = pending, None
-            if _is_speakable(self.text[a:b]):
+            if any(character.isalnum() for character in TAG_PATTERN.sub("", self.text[a:b])):  # something to say
                 merged.append((a, b))
             else:
                 pending = a
@@ -147,7 +134,8 @@ class _Document:
         return merged
 
     def length(self, start: int, end: int) -> int:
-        return spoken_length(self.text[start:end])
+        """The length the chunker measures: characters without tags (not spoken) and edge whitespace."""
+        return len(TAG_PATTERN.sub("", self.text[start:end]).strip())
 
     def pack(self, units: list[tuple[int, int]], max_chars: int) -> list[tuple[int, int]]:
         """Greedily join consecutive units while the joined span stays within `max_chars`."""
@@ -174,17 +162,16 @@ def split_sentences(text: str) -> list[str]:
     """Split `text` into sentences, `"".join(split_sentences(text)) == text`. A sentence ends after `。！？｡।`, after
     `.!?…` before whitespace, a tag or the end (not after "Dr." or an initial), with closing quotes or brackets, and
     at line breaks; never inside or right after a tag. Pieces with nothing to say join the next sentence."""
-    document = _Document(text)
     if not text:
         return []
-    return [text[a:b] for a, b in document.split(0, len(text), SENTENCE)]
+    return [text[a:b] for a, b in _Document(text).split(0, len(text), SENTENCE)]
 
 
 def split_text(text: str, max_chars: int = DEFAULT_MAX_CHARS) -> list[str]:
-    """Chunks of at most `max_chars` spoken characters (`spoken_length`), one generation each, stripped; joined they
-    give back `text` up to whitespace (none for blank text). Whole sentences are packed greedily; a longer one is cut at
-    clause marks (`, ; :` before a space, `，、；：—` anywhere), then spaces, then characters, never inside or right
-    after a tag (a chunk's tags go with the text they apply to)."""
+    """Chunks of at most `max_chars` spoken characters (tags and edge whitespace not counted), one generation each,
+    stripped; joined they give back `text` up to whitespace (none for blank text). Whole sentences are packed greedily;
+    a longer one is cut at clause marks (`, ; :` before a space, `，、；：—` anywhere), then spaces, then characters,
+    never inside or right after a tag (a chunk's tags go with the text they apply to)."""
     if isinstance(max_chars, bool) or not isinstance(max_chars, int) or max_chars < 1:
         raise ValueError(f"max_chars must be a positive number of characters, got {max_chars!r}.")
     if not text.strip():
@@ -240,9 +227,9 @@ def parse_dialogue(script: str | Sequence[DialogueLine] | Sequence[tuple[str, st
             lines[-1].text = f"{lines[-1].text} {line.strip()}".strip()
         if problem:
             break
-    empty = next((line for line in lines if text and not line.text), None)
-    if problem is None and empty is not None:
-        problem = f"Dialogue line {empty.line_number} ([{empty.speaker}]) has no text; there is nothing to speak."
+    for line in [] if problem else lines:
+        if problem := nothing_to_speak(line.text, f"dialogue line {line.line_number} ([{line.speaker}])"):
+            break
     if problem is None and not lines:
         problem = "The dialogue script is empty; write one '[Name] text' line per turn."
     if problem:
@@ -275,8 +262,8 @@ __all__ = [
     "TAG_PATTERN",
     "DialogueLine",
     "check_dialogue_voices",
+    "nothing_to_speak",
     "parse_dialogue",
     "split_sentences",
     "split_text",
-    "spoken_length",
 ]

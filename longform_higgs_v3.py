@@ -15,7 +15,6 @@ sequence gets the same codes alone or in any batch: the batch size does not chan
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -27,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .audio_io_higgs_v3 import MAX_REFERENCE_SECONDS, HiggsAudioV3Voice, atomic_output, load_reference, save_audio
+from .audio_io_higgs_v3 import MAX_REFERENCE_SECONDS, HiggsAudioV3Voice, load_reference, save_audio
 from .chunking_higgs_v3 import DEFAULT_MAX_CHARS, DialogueLine, check_dialogue_voices, parse_dialogue, split_text
 from .generation_higgs_v3 import MAX_NEW_TOKENS, MAX_POSITIONS
 from .sampling_higgs_v3 import check_seed, draw_seed
@@ -109,14 +108,14 @@ def _voice_from_chunk(chunk: ChunkResult, spec: HiggsAudioV3AudioSpec) -> HiggsA
 
 
 class SpeechProgress:
-    """A tqdm display across `generate` calls (stderr by default): seconds of audio so far and the real-time factor.
-    `streamer()` is one call's `streamer=`, counting complete frames; the display refreshes every `refresh_seconds`."""
+    """A tqdm display across `generate` calls (stderr by default): seconds of audio so far and the real-time factor,
+    redrawn at most every `mininterval` (tqdm's own throttle). `streamer()` is one call's `streamer=`, counting complete
+    frames."""
 
-    def __init__(self, spec: HiggsAudioV3AudioSpec, total_chunks: int, enabled: bool = True, file=None,
-                 refresh_seconds: float = 0.2):
-        self.spec, self.total_chunks, self.refresh_seconds = spec, total_chunks, refresh_seconds
+    def __init__(self, spec: HiggsAudioV3AudioSpec, total_chunks: int, enabled: bool = True, file=None):
+        self.spec, self.total_chunks, self.bar = spec, total_chunks, None
         self.chunks_done, self.done_frames = 0, 0  # of the finished generate calls
-        self.start_time, self._last_refresh, self.bar = time.perf_counter(), 0.0, None
+        self.start_time = time.perf_counter()
         if enabled and tqdm is not None:
             self.bar = tqdm(total=None, file=file if file is not None else sys.stderr, desc="speaking: ",
                             bar_format="{desc}{n:.1f} s of audio [{elapsed}{postfix}]", dynamic_ncols=True, leave=True)
@@ -124,18 +123,12 @@ class SpeechProgress:
     def streamer(self) -> _ProgressStreamer:
         return _ProgressStreamer(self)
 
-    def due(self) -> bool:
-        return self.bar is not None and time.perf_counter() - self._last_refresh >= self.refresh_seconds
-
     def show(self, frames: int) -> None:
-        if self.bar is None:
-            return
-        self._last_refresh = time.perf_counter()
-        seconds = self.spec.seconds(frames)
-        rtf = f"{(self._last_refresh - self.start_time) / seconds:.2f}" if seconds > 0 else "-"
-        self.bar.n = round(seconds, 2)
-        self.bar.set_postfix_str(f"{self.chunks_done}/{self.total_chunks} chunks done, RTF {rtf}", refresh=False)
-        self.bar.refresh()
+        if self.bar is not None:
+            seconds = self.spec.seconds(frames)
+            rtf = f"{(time.perf_counter() - self.start_time) / seconds:.2f}" if seconds > 0 else "-"
+            self.bar.set_postfix_str(f"{self.chunks_done}/{self.total_chunks} chunks done, RTF {rtf}", refresh=False)
+            self.bar.update(round(seconds, 2) - self.bar.n)
 
     def call_done(self, num_chunks: int, frames: int) -> None:
         """A `generate` call of `num_chunks` chunks ended with `frames` frames (exact, from its output)."""
@@ -156,12 +149,8 @@ class _ProgressStreamer(HiggsAudioV3RowTracker):
         super().__init__(progress.spec)
         self.progress = progress
 
-    def frames(self) -> int:
-        return int(self.complete_frames().sum())
-
     def on_rows(self) -> None:
-        if self.progress.due():
-            self.progress.show(self.progress.done_frames + self.frames())
+        self.progress.show(self.progress.done_frames + int(self.complete_frames().sum()))
 
 
 @dataclass
@@ -239,30 +228,6 @@ class SpeechResult:
     def save(self, path: str | os.PathLike) -> Path:
         return save_audio(self.waveform, path, sampling_rate=self.sampling_rate)
 
-    def codes_state_dict(self) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-        """`codes` `[sum of frames, num_codebooks]`, `chunk_frames` `[chunks]` and string metadata, for safetensors."""
-        chunks = self.chunks
-        tensors = {"codes": torch.cat([chunk.codes for chunk in chunks]).contiguous(),
-                   "chunk_frames": torch.tensor([chunk.num_frames for chunk in chunks], dtype=torch.long)}
-        lists = {"texts": "text", "speakers": "speaker", "finished": "finished", "seeds": "seed"}  # JSON per chunk
-        metadata = {"format": "higgs_audio_v3_codes", "sampling_rate": str(self.sampling_rate),
-                    "frame_rate": str(chunks[0].frame_rate), "pause_seconds": repr(self.pause_seconds)}
-        metadata.update({key: json.dumps([getattr(chunk, name) for chunk in chunks], ensure_ascii=False)
-                         for key, name in lists.items()})
-        return tensors, metadata
-
-    def save_codes(self, path: str | os.PathLike) -> Path:
-        """Write `codes_state_dict()` to a `.safetensors` file (`atomic_output`)."""
-        from safetensors.torch import save_file
-
-        path = Path(path)
-        if path.suffix.lower() != ".safetensors":
-            raise ValueError(f"Codes are saved as .safetensors; got the file name {path.name!r}.")
-        tensors, metadata = self.codes_state_dict()
-        with atomic_output(path) as temporary:
-            save_file(tensors, str(temporary), metadata=metadata)
-        return path
-
 
 def _join(chunks: Sequence[ChunkResult], pause_seconds: float, sampling_rate: int) -> torch.FloatTensor:
     silence = torch.zeros(round(pause_seconds * sampling_rate))
@@ -276,24 +241,18 @@ def rows_for_max_seconds(max_seconds: float, spec: HiggsAudioV3AudioSpec, positi
     of seconds that `positions` positions hold (prompt plus rows; None: no bound), else a `ValueError` naming `name`.
     Returns its rows (`spec.rows_for_seconds`)."""
     longest = None if positions is None else spec.seconds(spec.frames(positions))
-    problem = None
     if isinstance(max_seconds, bool) or not isinstance(max_seconds, (int, float)) or not 0 < max_seconds < math.inf:
-        problem = f"{name} must be a positive number of seconds, got {max_seconds!r}."
-    elif longest is not None and max_seconds > longest:
-        problem = (f"{name} {max_seconds:g} is more than one chunk can hold: prompt plus audio rows are at most "
-                   f"{positions} positions ({positions_name}), at most {longest:g} s of audio per chunk; long text is "
-                   "split into chunks anyway.")
-    if problem:
-        raise ValueError(problem)
+        raise ValueError(f"{name} must be a positive number of seconds, got {max_seconds!r}.")
+    if longest is not None and max_seconds > longest:
+        raise ValueError(f"{name} {max_seconds:g} is more than one chunk can hold: prompt plus audio rows are at most "
+                         f"{positions} positions ({positions_name}), at most {longest:g} s of audio per chunk; long "
+                         "text is split into chunks anyway.")
     return spec.rows_for_seconds(max_seconds)
 
 
-def max_new_tokens_for(model: PreTrainedModel, max_seconds: float | None,
-                       max_positions: int | None = MAX_POSITIONS) -> int | None:
-    """Rows for `max_seconds` (`rows_for_max_seconds`; None for None), bounded as `generate` bounds a request with
-    the same `max_positions` (None: the model's `max_position_embeddings`)."""
-    if max_seconds is None:
-        return None
+def max_new_tokens_for(model: PreTrainedModel, max_seconds: float, max_positions: int | None = MAX_POSITIONS) -> int:
+    """Rows for `max_seconds` (`rows_for_max_seconds`), bounded as `generate` bounds a request with the same
+    `max_positions` (None: the model's `max_position_embeddings`)."""
     if max_positions is not None:
         return rows_for_max_seconds(max_seconds, model.config.audio_spec, max_positions)
     embeddings = getattr(model.config.get_text_config(), "max_position_embeddings", None)
@@ -306,14 +265,11 @@ class _Synthesizer:
     any voice is encoded; the codec is the model's to check (`encode_reference`, `generate(output_audio=True)`)."""
 
     def __init__(self, model, processor, *, pause_seconds, batch_size, seed, max_seconds, progress, generate_kwargs):
-        problem = None
         number = isinstance(pause_seconds, (int, float)) and not isinstance(pause_seconds, bool)
         if not number or not 0 <= pause_seconds < math.inf:
-            problem = f"pause_seconds must be a non-negative number of seconds, got {pause_seconds!r}."
-        elif isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            problem = f"batch_size must be a positive integer, got {batch_size!r}."
-        if problem:
-            raise ValueError(problem)
+            raise ValueError(f"pause_seconds must be a non-negative number of seconds, got {pause_seconds!r}.")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
         self.model, self.processor, self.spec = model, processor, model.config.audio_spec
         self.pause_seconds, self.batch_size, self.progress = float(pause_seconds), batch_size, progress
         self.base_seed = draw_seed() if seed is None else check_seed(seed)

@@ -30,9 +30,9 @@ from transformers import BatchEncoding, ProcessorMixin
 from transformers.processing_utils import ProcessingKwargs, Unpack
 from transformers.utils import logging
 
-from .audio_io_higgs_v3 import (MAX_REFERENCE_SECONDS, REFERENCE_ADVICE, TARGET_ADVICE, VOICE_FILE_SUFFIXES,
-                                 HiggsAudioV3Voice, ReferenceClip, check_length, load_reference, save_audio)
-from .chunking_higgs_v3 import TAG_PATTERN
+from .audio_io_higgs_v3 import (REFERENCE_ADVICE, TARGET_ADVICE, VOICE_FILE_SUFFIXES, HiggsAudioV3Voice, ReferenceClip,
+                                 check_length, load_reference, save_audio)
+from .chunking_higgs_v3 import TAG_PATTERN, nothing_to_speak
 from .codec_higgs_v3 import resampled_length
 from .delay_higgs_v3 import HiggsAudioV3AudioSpec, check_codes
 from .longform_higgs_v3 import SpeechResult, synthesize_dialogue, synthesize_long
@@ -85,8 +85,6 @@ CHAT_LAYOUT = (
     'its transcript}]} (optional reference turn; the audio may also be a clip: "path": file, "url": address, or '
     '"audio": samples with "sampling_rate"), {"role": "user", "content": [{"type": "text", "text": what to say}]}].'
 )
-
-REFERENCE_CLIP_KEYS: tuple[str, ...] = ("reference_audio", "reference_audio_lengths")  # clips, encoded by `generate`
 
 _TAG_START = re.compile(r"<\|[^\s<>|]*")  # an opening `<|` and what follows it up to a space or bracket
 _RENDERED = re.compile("{tts}(?:{ref_text}(.*?))?({ref_audio})?{text}(.*){audio_start}".format(  # a rendered prompt
@@ -166,9 +164,8 @@ class HiggsAudioV3Processor(ProcessorMixin):
     def from_model_config(cls, tokenizer, config, **kwargs) -> "HiggsAudioV3Processor":
         """A processor with the audio settings of `config` (a `HiggsAudioV3Config`) and its codec's frame-count
         parameters, checked against it (`check_model_config`); `kwargs` are the constructor's."""
-        codec = getattr(config, "codec_config", None)
+        codec = config.codec_config  # a dict (the config stores it so)
         if codec is not None:
-            codec = codec if isinstance(codec, dict) else codec.to_dict()
             semantic = codec["semantic_model_config"]
             kwargs.setdefault("encoded_length_kwargs", {
                 **{key: codec[key] for key in ("sample_rate", "semantic_sample_rate", "downsample_factor")},
@@ -207,7 +204,7 @@ class HiggsAudioV3Processor(ProcessorMixin):
 
     @property
     def model_input_names(self) -> list[str]:
-        return ["input_ids", "attention_mask", "audio_input_ids", *REFERENCE_CLIP_KEYS]
+        return ["input_ids", "attention_mask", "audio_input_ids", "reference_audio", "reference_audio_lengths"]
 
     @property
     def sampling_rate(self) -> int:
@@ -223,21 +220,17 @@ class HiggsAudioV3Processor(ProcessorMixin):
         return list(self._control_tags)
 
     def check_text(self, text, where: str = "the text") -> str:
-        """`text` if it can be spoken, else a `ValueError` naming `where`: a non-empty string whose every `<|...|>` is a
-        control tag (not a misspelled one, read aloud, nor a structural one), with no other special token (e.g.
-        `<tool_call>`) and no unclosed `<|`. `__call__` checks every text and transcript; early callers call it too."""
-        problem = self._text_problem(text, where)
-        if problem:
+        """`text` if it can be spoken, else a `ValueError` naming `where`: a non-blank string (`nothing_to_speak`) whose
+        every `<|...|>` is a control tag (not a misspelled one, read aloud, nor a structural one), with no other special
+        token (e.g. `<tool_call>`) and no unclosed `<|`. Every text and transcript of `__call__` passes through it."""
+        if problem := self._text_problem(text, where):
             raise ValueError(problem)
         return text
 
     def _text_problem(self, text, where: str) -> str | None:
-        Where, tags = where[:1].upper() + where[1:], self._control_tags
-        valid = "processor.valid_tags() (or `higgs-v3 tags`) lists"
-        if not isinstance(text, str):
-            return f"{Where} must be a string, got {type(text).__name__}."
-        if not text.strip():
-            return f"{Where} is empty; there is nothing to speak."
+        tags, valid = self._control_tags, "processor.valid_tags() (or `higgs-v3 tags`) lists"
+        if problem := nothing_to_speak(text, where):
+            return problem
         for tag in (match.group(0) for match in TAG_PATTERN.finditer(text)):
             if tag in self._structural_tokens:
                 return (f"{tag!r} in {where} is a structural prompt token, which the processor places itself; remove "
@@ -260,24 +253,20 @@ class HiggsAudioV3Processor(ProcessorMixin):
         return None
 
     def _codes(self, codes, where: str, advice: str = REFERENCE_ADVICE, min_frames: int = 1) -> torch.LongTensor:
-        """The raw codes `[frames, num_codebooks]` of `where` (`check_codes`, below BOC; `check_length`), on the CPU."""
+        """The raw codes `[frames, num_codebooks]` of `where` (`check_codes`, below BOC; `check_length`), on the CPU; a
+        voice's, encoded at this model's codec rates."""
         spec, Where = self.audio_spec, where[:1].upper() + where[1:]
+        if isinstance(codes, HiggsAudioV3Voice):
+            if (codes.sampling_rate, codes.frame_rate) != (spec.sampling_rate, spec.frame_rate):
+                raise ValueError(f"{Where} was encoded at {codes.sampling_rate} Hz / {codes.frame_rate} frames per "
+                                 f"second; this model's codec runs at {spec.sampling_rate} Hz / {spec.frame_rate}.")
+            codes = codes.codes
         codes = check_codes(codes, spec.num_codebooks, spec.audio_boc_token_id, f"the codes of {where}", min_frames)
         if codes.dim() != 2:
             raise ValueError(f"The codes of {where} must be raw codec codes [frames, {spec.num_codebooks}] of one "
                              f"clip, got shape {tuple(codes.shape)}.")
-        check_length(Where, codes.shape[0], spec.frame_rate, "frames", MAX_REFERENCE_SECONDS, advice)
+        check_length(Where, codes.shape[0], spec.frame_rate, "frames", advice=advice)
         return codes.cpu()
-
-    def _voice_codes(self, voice: HiggsAudioV3Voice, where: str, advice: str = REFERENCE_ADVICE, min_frames: int = 1):
-        """The checked codes (`_codes`) of a voice encoded at this model's codec rates."""
-        spec = self.audio_spec
-        if (voice.sampling_rate, voice.frame_rate) != (spec.sampling_rate, spec.frame_rate):
-            raise ValueError(
-                f"{where[:1].upper() + where[1:]} was encoded at {voice.sampling_rate} Hz / {voice.frame_rate} frames "
-                f"per second; this model's codec runs at {spec.sampling_rate} Hz / {spec.frame_rate}."
-            )
-        return self._codes(voice.codes, where, advice, min_frames)
 
     def _reference(self, where: str, reference, codes, ref_text, sampling_rate, read: bool = True) -> tuple:
         """One row's (raw codes `[T, C]`, `ReferenceClip` or None; transcript or None), every part checked
@@ -286,11 +275,10 @@ class HiggsAudioV3Processor(ProcessorMixin):
         if reference is not None and codes is not None:
             raise ValueError(f"{where[:1].upper() + where[1:]} is given twice (reference and reference_codes); pass "
                              "one of them.")
-        if reference is not None:
-            reference = load_reference(reference, ref_text, sampling_rate, where, self.audio_spec.sampling_rate, read)
-            ref_text = (reference.text or None) if isinstance(reference, HiggsAudioV3Voice) else ref_text
-            codes = reference if isinstance(reference, ReferenceClip) else self._voice_codes(reference, where)
-        elif codes is not None:
+        if reference is not None:  # a voice (its transcript, or ref_text) or a clip (with ref_text)
+            codes = load_reference(reference, ref_text, sampling_rate, where, self.audio_spec.sampling_rate, read)
+            ref_text = codes.text or None
+        if codes is not None and not isinstance(codes, ReferenceClip):
             codes = self._codes(codes, where)
         if codes is None and ref_text is not None:
             logger.warning_once("A reference_text without a reference voice is dropped: the transcript only helps "
@@ -337,8 +325,7 @@ class HiggsAudioV3Processor(ProcessorMixin):
         r"""
         The prompts of one text or a batch, left padded (with `audio_target`: a training batch). Each text takes at most
         one reference with an optional transcript, each argument one value for all texts or one per text (None for
-        none). A clip is handled as CSM's processor handles audio: prepared as `model.encode_reference` prepares it, its
-        placeholders counted (`_get_encoded_length`), its waveform returned for `generate` to encode.
+        none).
 
         Args:
             text: the text(s) to speak, with inline control tags (`valid_tags()`), or rendered chat prompts.
@@ -432,10 +419,9 @@ class HiggsAudioV3Processor(ProcessorMixin):
                 "it). Encode it first, `codes = model.encode_target(clip)`, and pass the codes; "
                 "higgs_v3.training.finetune.prepare_examples does this for a whole dataset with an on-disk cache."
             )
-        if isinstance(target, (np.ndarray, torch.Tensor)):
-            return self._codes(target, where, TARGET_ADVICE, min_frames=self.audio_spec.num_codebooks)
-        voice = HiggsAudioV3Voice.from_any(target, where)
-        return self._voice_codes(voice, where, TARGET_ADVICE, min_frames=self.audio_spec.num_codebooks)
+        if not isinstance(target, (np.ndarray, torch.Tensor)):
+            target = HiggsAudioV3Voice.from_any(target, where)
+        return self._codes(target, where, TARGET_ADVICE, min_frames=self.audio_spec.num_codebooks)
 
     def _training_examples(self, texts: list[str], references: list[tuple], targets: list) -> list[dict]:
         r"""One unpadded example per text (`input_ids` `[L]`, `audio_input_ids` `[N, C]`, `audio_labels` `[L, C]`):
@@ -497,19 +483,10 @@ class HiggsAudioV3Processor(ProcessorMixin):
         r"""
         The TTS prompt of a conversation (or a batch) rendered by transformers' method with the chat template, or with
         `tokenize=True` exactly `processor(text, reference=..., reference_text=...)` (the `BatchEncoding` with
-        `return_dict=True`, else `input_ids`). A conversation is an optional reference turn, then the text to speak:
-
-        ```python
-        >>> conversation = [
-        ...     {"role": "user", "content": [{"type": "audio", "path": "me.wav"},  # or "url": ..., "audio": voice
-        ...                                  {"type": "text", "text": "What I say in the clip."}]},
-        ...     {"role": "user", "content": [{"type": "text", "text": "<|emotion:elation|>Hello there!"}]},
-        ... ]  # doctest: +SKIP
-        ```
-
-        The audio item's `"path"`, `"url"` or `"audio"` (with `"sampling_rate"` for samples) is any `reference`, the
-        turn's text its transcript (a voice's own is shown when there is none). Rendering reads no audio but checks
-        everything. `processor_kwargs` go to `__call__`; `add_generation_prompt` changes nothing.
+        `return_dict=True`, else `input_ids`). A conversation (`CHAT_LAYOUT`) is an optional reference turn, whose audio
+        item's `"path"`, `"url"` or `"audio"` (with `"sampling_rate"` for samples) is any `reference` and whose text is
+        its transcript (a voice's own is shown when there is none), then the text to speak. Rendering reads no audio but
+        checks everything. `processor_kwargs` go to `__call__`; `add_generation_prompt` changes nothing.
         """
         # *** Higgs v3 specific: the references never reach the stock method. Its tokenize=True path loads every audio
         # item with transformers.audio_utils.load_audio (soxr / torchcodec resampling, not torchaudio's algorithm, so a
@@ -645,7 +622,6 @@ __all__ = [
     "LONG_PROMPT_TEXT_TOKENS",
     "PROMPT_TOKENS",
     "REAL_ENCODED_LENGTH_KWARGS",
-    "REFERENCE_CLIP_KEYS",
     "TTS_CHAT_TEMPLATE",
     "HiggsAudioV3Processor",
     "HiggsAudioV3ProcessorKwargs",

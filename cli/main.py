@@ -511,10 +511,14 @@ class SpeakRequest:
 
     # ------------------------------------------------------------------ checks
     def validate(self) -> None:
-        """Every check that needs no model, cheapest first: the text (read), option combinations, the references (loaded
-        by the library), the outputs, the seed, --max-seconds, the dialogue script's speakers and voices. The text's own
-        checks are the processor's (`check_texts`)."""
+        """Every check that needs no model, cheapest first: the text (read; blank: nothing to speak), option
+        combinations, the references (loaded by the library), the outputs, the seed, --max-seconds, the dialogue
+        script's speakers and voices. The text's other checks are the processor's (`check_texts`)."""
+        from ..chunking_higgs_v3 import nothing_to_speak
+
         self.text = self._read_text()
+        if not self.dialogue and (problem := nothing_to_speak(self.text)):  # a blank script: `parse_dialogue` below
+            raise CliError(problem)
         self._check_options()
         self._check_inputs()
         self._check_outputs()
@@ -556,7 +560,7 @@ class SpeakRequest:
             raise CliError(f"--dialogue reads the script from TEXT, and {self.text!r} is a file name; read the script "
                            f"from it with --dialogue --text-file {self.text}.")
         else:
-            return self.text  # an empty one is refused by the processor's text check (`check_texts`)
+            return self.text
         try:
             return data.decode("utf-8-sig")
         except UnicodeDecodeError as error:
@@ -661,7 +665,7 @@ class SpeakRequest:
         result.save(self.output)
         extras = []
         if self.save_codes:
-            result.save_codes(self.save_codes)
+            save_codes(result, self.save_codes)
             extras.append(f"codes in {self.save_codes}")
         if self.save_voice:
             if result.voice is None:
@@ -733,6 +737,29 @@ def _restore_libraries() -> None:
 
 def _safe_name(name: str) -> str:
     return re.sub(r"[^\w.-]+", "_", name).strip("._") or "speaker"
+
+
+def save_codes(result, path: str | os.PathLike) -> None:
+    """`--save-codes`: a `SpeechResult`'s codes as safetensors (`atomic_output`): `codes` `[sum of frames,
+    num_codebooks]`, `chunk_frames` `[chunks]`, the rates and the pause, and per chunk (JSON lists) its text, speaker,
+    whether it finished and its seed. The name's `.safetensors` is checked with the request (`_check_outputs`)."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+
+    from ..audio_io_higgs_v3 import atomic_output
+
+    chunks = result.chunks
+    tensors = {"codes": torch.cat([chunk.codes for chunk in chunks]).contiguous(),
+               "chunk_frames": torch.tensor([chunk.num_frames for chunk in chunks], dtype=torch.long)}
+    lists = {"texts": "text", "speakers": "speaker", "finished": "finished", "seeds": "seed"}  # JSON per chunk
+    metadata = {"format": "higgs_audio_v3_codes", "sampling_rate": str(result.sampling_rate),
+                "frame_rate": str(chunks[0].frame_rate), "pause_seconds": repr(result.pause_seconds)}
+    metadata.update({key: json.dumps([getattr(chunk, name) for chunk in chunks], ensure_ascii=False)
+                     for key, name in lists.items()})
+    with atomic_output(path) as temporary:
+        save_file(tensors, str(temporary), metadata=metadata)
 
 
 def cmd_speak(args) -> int:

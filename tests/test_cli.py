@@ -379,6 +379,16 @@ def test_error_messages(in_process, case):
         assert len(err.splitlines()) == 1, err
 
 
+@pytest.mark.parametrize("text", ["", " \n "])
+def test_a_blank_text_is_refused_before_any_model_is_resolved(in_process, monkeypatch, text):
+    """`speak ""` names the problem without resolving (downloading) or loading a model: "nothing to speak" needs no
+    tokenizer (`chunking_higgs_v3.nothing_to_speak`, which the processor's check_text starts with)."""
+    for name in ("resolve_model", "load_processor", "load_model"):
+        monkeypatch.setattr(cli_main, name, lambda *args, name=name: pytest.fail(f"speak called {name}"))
+    code, out, err = in_process("speak", text, "--model", "bosonai/higgs-audio-v3-tts-4b")
+    assert (code, out, err) == (2, "", "higgs-v3: error: The text is empty; there is nothing to speak.\n")
+
+
 def test_ref_audio_url_is_fetched(in_process, tiny_model, tmp_path):
     """`--ref-audio http://...`: not checked as a local file; the clip is fetched and encoded (its voice is the file's
     voice), and an address that serves no clip is one line with exit code 2."""

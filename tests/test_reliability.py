@@ -855,7 +855,7 @@ def _codes_save_full(folder, monkeypatch):
     chunk = ChunkResult("Hi.", torch.zeros(2, C, dtype=torch.long), torch.zeros(1920), True, 0, 25)
     result = SpeechResult(torch.zeros(1920), SR, [chunk], 0.3, 0.1, 10)
     with expect(OSError, "No space left"):
-        result.save_codes(folder / "codes.safetensors")
+        cli_main.save_codes(result, folder / "codes.safetensors")
 
 
 def _cli_write_full(folder, monkeypatch, capsys):
