@@ -207,7 +207,11 @@ def test_remote_code_is_closed_and_its_entry_modules_import_their_chain_directly
 
 # Issue 22's budget for what a converted Hub repo ships and for the size of its pieces: the rules are checked once,
 # where input enters, so the remote code stays about the size of the anchors' (transformers' Dia, CSM, MusicGen).
-HUB_MAX_LINES, HUB_MAX_RAISES = 4000, 80
+# It held 3,971 lines and 65 raises when issue 22 landed. A later feature that must ship in the Hub repo (a notebook or
+# Hub-only user needs it) adds its measured lines here, one entry per feature, so growth is a decision that shows.
+HUB_FEATURE_LINES = {
+}
+HUB_MAX_LINES, HUB_MAX_RAISES = 4000 + sum(HUB_FEATURE_LINES.values()), 80
 CLASS_MAX_LINES = {("modeling_higgs_v3", "HiggsAudioV3ForConditionalGeneration"): 400,
                    ("processing_higgs_v3", "HiggsAudioV3Processor"): 450}
 FORWARD_MAX_CODE_LINES, FUNCTION_MAX_CODE_LINES = 40, 60
