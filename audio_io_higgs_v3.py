@@ -14,6 +14,7 @@ import json
 import os
 import re
 import secrets
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -45,6 +46,7 @@ AUDIO_OUTPUT_SUFFIXES: tuple[str, ...] = (".wav", ".flac", ".ogg", ".mp3", ".aif
 VOICE_FILE_SUFFIXES: tuple[str, ...] = (".safetensors", ".json")  # any other path given as a reference is audio
 MAX_VOICE_JSON_BYTES: int = 8 * 1024 * 1024  # refused before reading (a 100 s voice takes about 0.2 MB)
 REFERENCE_URL_TIMEOUT: float = 30.0  # seconds per network operation of a reference URL
+REFERENCE_URL_DEADLINE: float = 120.0  # seconds for a whole reference URL download (a slow drip is given up)
 MAX_REFERENCE_URL_BYTES: int = 64 * 1024 * 1024  # 100 s of 48 kHz stereo float WAV is 38 MB
 
 AudioLike = str | os.PathLike | np.ndarray | torch.Tensor  # a clip: a file, an http(s) URL, or samples
@@ -84,27 +86,44 @@ def is_audio_url(value) -> bool:
 
 
 def _fetch(url: str) -> bytes:
-    """The bytes at `url`, within `REFERENCE_URL_TIMEOUT` and `MAX_REFERENCE_URL_BYTES` (nothing written to disk)."""
-    import http.client
-    import urllib.error
-    import urllib.request
+    """The bytes at `url`, within `REFERENCE_URL_DEADLINE` in all (`REFERENCE_URL_TIMEOUT` per network operation) and
+    `MAX_REFERENCE_URL_BYTES` (nothing written to disk). The download runs in a thread this one waits for."""
+    import threading
 
-    limit, data = MAX_REFERENCE_URL_BYTES, None
-    try:
-        request = urllib.request.Request(url.strip(), headers={"User-Agent": "higgs-v3"})
-        with urllib.request.urlopen(request, timeout=REFERENCE_URL_TIMEOUT) as response:  # noqa: S310 - http(s) only
-            declared = response.headers.get("Content-Length", "")
-            data = None if declared.isdigit() and int(declared) > limit else response.read(limit + 1)
-    except (urllib.error.URLError, http.client.HTTPException, OSError) as error:
-        reason = f"HTTP {error.code} {error.reason}" if isinstance(error, urllib.error.HTTPError) else (
-            getattr(error, "reason", None) or error)
+    limit, deadline, outcome = MAX_REFERENCE_URL_BYTES, REFERENCE_URL_DEADLINE, []
+    worker = threading.Thread(target=_download, args=(url, time.monotonic() + deadline, outcome), daemon=True)
+    worker.start()
+    worker.join(deadline)
+    data = outcome[0] if outcome else TimeoutError(f"not downloaded within {deadline:g} s")
+    if isinstance(data, BaseException):
+        reason = f"HTTP {data.code} {data.reason}" if hasattr(data, "code") else (getattr(data, "reason", None) or data)
         raise ValueError(f"Could not fetch reference audio URL {url!r} ({' '.join(str(reason).split())}); check the "
-                         "address and the network, or download the clip and pass its file path.") from None
+                         "address and the network, or download the clip and pass its file path.")
     if data is None or len(data) > limit:
         raise ValueError(f"Reference audio URL {url!r} serves more than {limit} bytes ({limit / 2**20:g} MiB, the most "
                          "fetched); a reference clip needs no more than 30 s of clean speech: download it, trim it and "
                          "pass the file.")
     return data
+
+
+def _download(url: str, until: float, outcome: list) -> None:
+    """`_fetch`'s worker: appends the bytes at `url` (None when it declares more than the limit), or the error; stops
+    reading at `until` (a `time.monotonic()` time), so a slow drip is given up, not read on."""
+    import http.client
+    import urllib.error
+    import urllib.request
+
+    try:
+        request = urllib.request.Request(url.strip(), headers={"User-Agent": "higgs-v3"})
+        with urllib.request.urlopen(request, timeout=REFERENCE_URL_TIMEOUT) as response:  # noqa: S310 - http(s) only
+            declared, data = response.headers.get("Content-Length", ""), bytearray()
+            if declared.isdigit() and int(declared) > MAX_REFERENCE_URL_BYTES:
+                return outcome.append(None)
+            while len(data) <= MAX_REFERENCE_URL_BYTES and time.monotonic() < until and (part := response.read1(65536)):
+                data += part
+            outcome.append(bytes(data))
+    except (urllib.error.URLError, http.client.HTTPException, OSError) as error:
+        outcome.append(error)
 
 
 def _damage(info, frames_read: int | None) -> str | None:
@@ -517,6 +536,7 @@ __all__ = [
     "MAX_VOICE_JSON_BYTES",
     "MIN_REFERENCE_SECONDS",
     "REFERENCE_ADVICE",
+    "REFERENCE_URL_DEADLINE",
     "REFERENCE_URL_TIMEOUT",
     "TARGET_ADVICE",
     "VOICE_FILE_SUFFIXES",

@@ -266,8 +266,13 @@ def cmd_finetune(args) -> int:
     )
     summary = run.run()
     held = f", held-out loss {summary['eval_loss']:.4f}" if "eval_loss" in summary else ""
-    print(f"Fine-tuned {summary['steps']} steps in {summary['seconds']:.1f} s: training loss "
-          f"{summary['train_loss']:.4f}{held}; model in {summary['model']}"
+    loss = "n/a" if summary["train_loss"] is None else f"{summary['train_loss']:.4f}"
+    if summary["resumed_step"] and not summary["steps_now"]:  # a finished run resumed: nothing trained now
+        done = f"Nothing to train: the run had finished at step {summary['steps']} (last training loss {loss}{held})"
+    else:
+        resumed = f", resumed at step {summary['resumed_step']}," if summary["resumed_step"] else ""
+        done = f"Fine-tuned {summary['steps']} steps{resumed} in {summary['seconds']:.1f} s: training loss {loss}{held}"
+    print(f"{done}; model in {summary['model']}"
           + (f", adapter in {summary['adapter']}" if "adapter" in summary else "")
           + (f", sample {summary['sample']}" if summary.get("sample") else "")
           + (f"; pushed {summary['pushed']}" if summary.get("pushed") else "")

@@ -253,7 +253,7 @@ def check_complete(folder: Path, checksums: bool = False) -> str | None:
         files = json.loads((folder / COMPLETE_FILE).read_text(encoding="utf-8"))["files"]
         entries = [(name, int(entry["size"]), str(entry["sha256"])) for name, entry in files.items()]
     except FileNotFoundError:
-        return "it has no completion marker (its conversion did not finish)"
+        return "it has no completion marker (it was not written to the end)"
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return "its completion marker is damaged"
     for name, size, sha256 in entries:

@@ -454,24 +454,24 @@ def _can_connect(host: str, port: int, timeout: float) -> bool:
         return False
 
 
-def check_hub_push(repo_id: str, token: str | None = None) -> str:
-    """Before a long conversion: the Hub answers and a token is there and valid (`HfApi.whoami`). Returns the user
-    name; raises a `ConversionError` that says what to do."""
+def check_hub_push(repo_id: str, token: str | None = None, done: str = "converted") -> str:
+    """Before a long conversion (or fine-tuning: `done="trained"`): the Hub answers and a token is there and valid
+    (`HfApi.whoami`). Returns the user name; raises a `ConversionError` that says what to do."""
     from huggingface_hub import HfApi, get_token
 
     offline = hub_offline_reason()
     if offline is not None:
-        raise ConversionError(f"--push-to-hub {repo_id} needs the Hub, but {offline}; nothing was converted. Connect "
-                              "and run again, or convert without --push-to-hub and upload the folder later.")
+        raise ConversionError(f"--push-to-hub {repo_id} needs the Hub, but {offline}; nothing was {done}. Connect "
+                              "and run again, or run without --push-to-hub and upload the folder later.")
     if token is None and get_token() is None:
         raise ConversionError(f"--push-to-hub {repo_id} needs a Hugging Face login, and there is none; nothing was "
-                              "converted. Run `hf auth login` (or set HF_TOKEN) and run again.")
+                              f"{done}. Run `hf auth login` (or set HF_TOKEN) and run again.")
     try:
         user = HfApi(token=token).whoami()
     except Exception as error:  # an invalid token, or the Hub failing now
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ConversionError(f"--push-to-hub {repo_id}: the Hub refused the login check ({reason}); nothing was "
-                              "converted. Run `hf auth login` (or set HF_TOKEN) and run again.") from error
+                              f"{done}. Run `hf auth login` (or set HF_TOKEN) and run again.") from error
     return str(user.get("name", "")) if isinstance(user, dict) else ""
 
 

@@ -961,7 +961,7 @@ def test_push_to_hub_checks_the_hub_and_the_login_before_converting(original, tm
     assert not (tmp_path / "out").exists()
     expected = {
         "offline": f"convert_checkpoint.py: error: --push-to-hub {REPO_ID} needs the Hub, but HF_HUB_OFFLINE is set; nothing was converted. "
-                   "Connect and run again, or convert without --push-to-hub and upload the folder later.",
+                   "Connect and run again, or run without --push-to-hub and upload the folder later.",
         "unreachable": f"convert_checkpoint.py: error: --push-to-hub {REPO_ID} needs the Hub, but the Hub (https://huggingface.co) did not "
                        "answer within 3 s; nothing was converted.",
         "no login": f"convert_checkpoint.py: error: --push-to-hub {REPO_ID} needs a Hugging Face login, and there is none; nothing was "

@@ -1,0 +1,79 @@
+"""Issue 23's edges (unit layer): resuming fine-tuning from the newest complete checkpoint, `--push-to-hub` checked
+before training, ... Each test failed on the code before its fix."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+
+# ------------------------------------------------------------------------------------------ fine-tuning checkpoints
+def _checkpoint(output, step: int, complete: bool):
+    from higgs_v3.training.finetune import CheckpointMarker
+
+    folder = output / f"checkpoint-{step}"
+    folder.mkdir(parents=True)
+    (folder / "model.safetensors").write_bytes(b"w" * 64)
+    (folder / "trainer_state.json").write_text(json.dumps({"global_step": step}), encoding="utf-8")
+    if complete:  # as Trainer calls it after writing the checkpoint
+        CheckpointMarker().on_save(SimpleNamespace(output_dir=str(output)),
+                                   SimpleNamespace(global_step=step, is_world_process_zero=True), None)
+    return folder
+
+
+def test_resume_takes_the_newest_complete_checkpoint(tmp_path):
+    """A kill or a full disk while Trainer writes `checkpoint-6` leaves it without the marker `CheckpointMarker` writes
+    last (or with a file cut short): `--resume` takes `checkpoint-4` and names the ones it passes over."""
+    from higgs_v3.training.finetune import FinetuneRun, resume_checkpoint
+
+    _checkpoint(tmp_path, 2, complete=True)
+    four = _checkpoint(tmp_path, 4, complete=True)
+    _checkpoint(tmp_path, 6, complete=False)
+    cut = _checkpoint(tmp_path, 5, complete=True)
+    (cut / "model.safetensors").write_bytes(b"w" * 10)  # the marker is there, a file is shorter than it says
+    assert resume_checkpoint(tmp_path) == (four, [
+        "checkpoint-6: it has no completion marker (it was not written to the end)",
+        "checkpoint-5: model.safetensors has 10 bytes, 64 were written",
+    ])
+    lines = []
+    run = FinetuneRun(data="d", model="m", output=str(tmp_path), resume=True, log=lines.append)
+    assert run._resume_from() == four
+    assert lines == ["Ignoring checkpoint-6: it has no completion marker (it was not written to the end).",
+                     "Ignoring checkpoint-5: model.safetensors has 10 bytes, 64 were written.",
+                     "Resuming from checkpoint-4, the newest complete checkpoint."]
+
+
+def test_resume_without_a_complete_checkpoint_is_refused_before_any_model_work(tmp_path, monkeypatch, capsys):
+    from higgs_v3.cli import main as cli_main
+    from higgs_v3.cli import models
+
+    _checkpoint(tmp_path / "out", 3, complete=False)
+    (tmp_path / "data").mkdir()
+    monkeypatch.setattr(models, "resolve_model", lambda *a, **k: pytest.fail("the model was resolved"))
+    assert cli_main.main(["finetune", "--data", str(tmp_path / "data"), "--output", str(tmp_path / "out"),
+                          "--resume"]) == 2
+    assert capsys.readouterr().err == (
+        f"higgs-v3: error: --resume: {str(tmp_path / 'out')!r} has no complete checkpoint-N folder to resume from "
+        "(checkpoint-3: it has no completion marker (it was not written to the end)).\n")
+
+
+def test_push_to_hub_is_checked_before_training(tmp_path, monkeypatch, capsys):
+    """Offline, `finetune --push-to-hub` stops before any model is resolved (it used to train, then fail uploading)."""
+    import huggingface_hub.constants
+
+    from higgs_v3.cli import main as cli_main
+    from higgs_v3.cli import models
+
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(models, "resolve_model", lambda *a, **k: pytest.fail("the model was resolved"))
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "a.wav").write_bytes(b"RIFF")
+    (data / "a.txt").write_text("Hello.", encoding="utf-8")
+    assert cli_main.main(["finetune", "--data", str(data), "--output", str(tmp_path / "out"),
+                          "--push-to-hub", "me/tuned"]) == 2
+    assert capsys.readouterr().err == (
+        "higgs-v3: error: --push-to-hub me/tuned needs the Hub, but HF_HUB_OFFLINE is set; nothing was trained. "
+        "Connect and run again, or run without --push-to-hub and upload the folder later.\n")
