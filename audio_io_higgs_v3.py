@@ -303,7 +303,8 @@ def atomic_output(path: str | os.PathLike) -> Iterator[Path]:
     ...     soundfile.write(temporary, waveform, 24000)
     """
     path = Path(path)
-    temporary = path.with_name(f".{path.stem}.tmp-{os.getpid()}-{secrets.token_hex(4)}{path.suffix}")
+    tail = f".tmp-{os.getpid()}-{secrets.token_hex(4)}{path.suffix}"  # the name's stem cut to fit 255 bytes
+    temporary = path.with_name(f".{path.stem.encode()[:254 - len(tail.encode())].decode(errors='ignore')}{tail}")
     try:
         yield temporary
         with open(temporary, "rb+") as written:
@@ -312,10 +313,13 @@ def atomic_output(path: str | os.PathLike) -> Iterator[Path]:
     except BaseException as error:
         with contextlib.suppress(OSError):
             temporary.unlink()
-        if type(error).__name__ in ("LibsndfileError", "SafetensorError"):  # the writers' own errors for a failed write
-            reason = " ".join(str(error).split()) or type(error).__name__
-            raise OSError(f"Could not write {str(path)!r} ({reason}); the previous file, if any, is unchanged."
-                          ) from error
+        os_reason = error.strerror if isinstance(error, OSError) and error.strerror else None
+        if os_reason or type(error).__name__ in ("LibsndfileError", "SafetensorError"):  # a failed write
+            reason = (f"its folder {str(path.parent)!r} does not exist" if not path.parent.is_dir() else
+                      os_reason or " ".join(str(error).split()) or type(error).__name__)
+            failure = OSError(f"Could not write {str(path)!r} ({reason}); the previous file, if any, is unchanged.")
+            failure.errno = getattr(error, "errno", None)
+            raise failure from error
         raise
 
 
@@ -341,8 +345,9 @@ def save_audio(waveform: np.ndarray | torch.Tensor, path: str | os.PathLike,
     if waveform.ndim != 1:
         raise ValueError(f"save_audio writes one mono waveform of shape [samples] or [1, samples]; got shape "
                          f"{waveform.shape}.")
-    with atomic_output(path) as temporary:
-        sf.write(os.fspath(temporary), waveform, int(sampling_rate))
+    with atomic_output(path) as temporary:  # encoded in memory: a failed write is the OS's error, not libsndfile's
+        sf.write(encoded := io.BytesIO(), waveform, int(sampling_rate), format=path.suffix[1:].upper())
+        temporary.write_bytes(encoded.getbuffer())
     return path
 
 

@@ -447,7 +447,9 @@ def convert(
     plan = plan_conversion(source, torch_dtype, codec_config=codec_config, without_codec=without_codec)
     split = shard_split(plan.tensors, max_shard_size)
 
-    with staged_folder(output, "converting", overwrite=overwrite) as staging:
+    needed = split.metadata["total_size"] + sum(  # the weights, and about as much as the other files take now
+        path.stat().st_size for path in source_dir.iterdir() if path.is_file() and path.suffix != ".safetensors")
+    with staged_folder(output, "converting", overwrite=overwrite, needed=needed) as staging:
         shards, max_abs_diff, tolerance = _write_and_verify(
             source, plan, staging, split, verify=verify, dtype=dtype, base_model=base_model, repo_id=repo_id
         )

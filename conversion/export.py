@@ -443,7 +443,9 @@ def export_to_original(
     original_dir = Path(original).expanduser() if original is not None else None
     planned, filled = _plan(config, tensors, original_dir)
 
-    with staged_folder(output, "exporting", overwrite=overwrite) as staging:
+    needed = sum(math.prod(p.shape) for p in planned) * torch_dtype.itemsize + sum(  # the weights and other files
+        path.stat().st_size for path in source.iterdir() if path.is_file() and path.suffix != ".safetensors")
+    with staged_folder(output, "exporting", overwrite=overwrite, needed=needed) as staging:
         shards = _write_weights(planned, torch_dtype, staging, max_shard_size)
         filled.update(_write_other_files(source, config, staging, dtype, original_dir))
         _verify(planned, torch_dtype, staging)

@@ -77,3 +77,33 @@ def test_push_to_hub_is_checked_before_training(tmp_path, monkeypatch, capsys):
     assert capsys.readouterr().err == (
         "higgs-v3: error: --push-to-hub me/tuned needs the Hub, but HF_HUB_OFFLINE is set; nothing was trained. "
         "Connect and run again, or run without --push-to-hub and upload the folder later.\n")
+
+
+# ------------------------------------------------------------------------------------------------- audio writes
+def test_an_audio_write_into_a_missing_folder_names_it(tmp_path):
+    """libsndfile said only "System error."; the bytes are now written by Python, so the OS's reason is known."""
+    import numpy as np
+
+    from higgs_v3.audio_io_higgs_v3 import save_audio
+
+    target = tmp_path / "gone" / "a.wav"
+    with pytest.raises(OSError) as error:
+        save_audio(np.zeros(2400, dtype=np.float32), target)
+    assert str(error.value) == (f"Could not write {str(target)!r} (its folder {str(tmp_path / 'gone')!r} does not "
+                                "exist); the previous file, if any, is unchanged.")
+
+
+@pytest.mark.parametrize("name", ["a" * 240 + ".wav", "b" * 246 + ".wav", "c" * 250 + ".flac", "é" * 125 + ".wav"],
+                         ids=["244", "250", "255", "254 bytes of UTF-8"])
+def test_legal_long_output_names_are_written(tmp_path, name):
+    """A name the file system takes (up to 255 bytes) is written: the temporary name beside it is cut to fit."""
+    import numpy as np
+    import soundfile
+
+    from higgs_v3.audio_io_higgs_v3 import save_audio
+
+    samples = np.linspace(-0.5, 0.5, 2400, dtype=np.float32)
+    assert save_audio(samples, tmp_path / name) == tmp_path / name
+    written, rate = soundfile.read(tmp_path / name, dtype="float32")
+    assert rate == 24000 and np.abs(written - samples).max() <= 1 / 32768
+    assert [p.name for p in tmp_path.iterdir()] == [name]

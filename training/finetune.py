@@ -561,7 +561,11 @@ class FinetuneRun:
             state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
             resumed_step = int(state["global_step"])
         started = time.perf_counter()
-        result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint is not None else None)
+        try:
+            result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint is not None else None)
+        except Exception as error:
+            self._disk_full(error, trainer.state.global_step)
+            raise
         summary = {"train_loss": result.training_loss, "steps": result.global_step,
                    "seconds": time.perf_counter() - started, "examples": len(train_set),
                    "resumed_step": resumed_step, "steps_now": result.global_step - resumed_step}
@@ -571,6 +575,22 @@ class FinetuneRun:
         if eval_set is not None:
             summary["eval_loss"] = trainer.evaluate()["eval_loss"]  # logged by `_Progress`
         return summary
+
+    def _disk_full(self, error: Exception, step: int) -> None:
+        """A full disk while Trainer wrote `checkpoint-<step>`: the partial checkpoint removed, and the one-line
+        `conversion.folders.disk_full_error` raised instead of the writer's own error."""
+        import shutil
+
+        from ..conversion.folders import disk_full_error, folder_size, is_disk_full
+
+        partial = Path(self.output) / f"checkpoint-{step}"
+        if not is_disk_full(error, partial):
+            return
+        wrote = folder_size(partial) if partial.is_dir() else 0
+        if wrote and check_complete(partial) is not None:
+            shutil.rmtree(partial, ignore_errors=True)
+        raise disk_full_error(partial, "the checkpoint", None, "the partial checkpoint was removed; --resume continues "
+                              "from the newest complete one", wrote) from error
 
     def _resume_from(self) -> Path | None:
         """With `resume`, the newest complete checkpoint (`resume_checkpoint`), logged with the ones it passes over."""
@@ -591,7 +611,8 @@ class FinetuneRun:
                 model.save_pretrained(str(staging))
             saved["adapter"] = str(output / "adapter")
             model = model.merge_and_unload()
-        with staged_folder(output / "model", "saving") as staging:
+        weights = sum(tensor.numel() * tensor.element_size() for tensor in model.state_dict().values())
+        with staged_folder(output / "model", "saving", needed=weights) as staging:
             save_full_repo(model, processor, staging, base=source)
         saved["model"] = str(output / "model")
         return model, saved
