@@ -196,6 +196,9 @@ def _add_batch_parser(commands) -> None:
     batch.add_argument("--seed", type=_number("--seed", int), default=0,
                        help="base seed of the items without one (their index added, then moved past the seeds other "
                        "items' chunks use)")
+    batch.add_argument("--keep-going", action="store_true",
+                       help="skip an item whose voice or reference cannot be used (a damaged file, a dead URL) and "
+                       "report it at the end (exit code 1), instead of stopping there")
     batch.add_argument("--no-progress", action="store_true", help="no progress bars")
     batch.set_defaults(run=cmd_batch, quiet_libraries=True)
 

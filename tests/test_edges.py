@@ -107,3 +107,47 @@ def test_legal_long_output_names_are_written(tmp_path, name):
     written, rate = soundfile.read(tmp_path / name, dtype="float32")
     assert rate == 24000 and np.abs(written - samples).max() <= 1 / 32768
     assert [p.name for p in tmp_path.iterdir()] == [name]
+
+
+# ------------------------------------------------------------------------------------------------- batch reruns
+def test_the_model_fingerprint_ignores_the_dtype_and_sees_new_weights():
+    import torch
+    from conftest import tiny_model
+
+    from higgs_v3.cli.batch import model_fingerprint
+
+    model = tiny_model()
+    half = tiny_model().to(torch.bfloat16)
+    half.config.dtype = torch.bfloat16  # as a bfloat16 load sets it
+    assert model_fingerprint(model) == model_fingerprint(half)
+    tuned = tiny_model()
+    with torch.no_grad():
+        tuned.model.layers[0].mlp.up_proj.weight.mul_(1.5)  # a fine-tuning step, say
+    assert model_fingerprint(tuned) != model_fingerprint(model)
+
+
+def test_a_record_of_another_recipe_or_voice_file_is_not_complete(tmp_path):
+    """What made an item is in its record (`batch_recipe`, the voice file's sha256): a rerun with another model, dtype,
+    --max-seconds or sampling, or with the voice file replaced at the same path, speaks it again and says what
+    changed; the same recipe finds it complete."""
+    import numpy as np
+
+    from higgs_v3.cli import batch as batch_cli
+
+    (tmp_path / batch_cli.RECORDS_DIR).mkdir()
+    recipe = {"model": "f00d", "dtype": "float32", "max_seconds": None, "max_chars": 300, "sampling": {"top_k": 50}}
+    item = batch_cli.BatchItem(1, "Hi.", "a.wav", 9, "/v/ann.safetensors", None, None, source_sha256="ab12")
+    batch_cli._write_item(tmp_path, item, np.zeros(2400, dtype=np.float32), [SimpleNamespace(finished=True, seed=9)],
+                          24000, 0, recipe)
+    record, changed = batch_cli._item_state(tmp_path, item, recipe)
+    assert record["recipe"] == recipe and changed == []
+    other = {**recipe, "model": "beef", "dtype": "bfloat16", "max_seconds": 3.0, "sampling": {"top_k": 20}}
+    assert batch_cli._item_state(tmp_path, item, other) == (None, ["model", "dtype", "max-seconds", "sampling"])
+    replaced = batch_cli.BatchItem(1, "Hi.", "a.wav", 9, "/v/ann.safetensors", None, None, source_sha256="cd34")
+    assert batch_cli._item_state(tmp_path, replaced, recipe) == (None, ["voice file"])
+    summary = batch_cli.BatchSummary(total=3, written={0: ["a.wav", "b.wav"]}, skipped=1, redone={"dtype": 2},
+                                     failed=["line 3 (c.wav): Could not fetch reference audio URL ..."])
+    assert summary.line() == (
+        "Batch: 3 items, 2 written now (process 0: 2) (spoken again as what produced them changed: dtype 2), 1 already "
+        "complete; 0.00 s of audio in 0.00 s; none cut at the length limit; 1 failed and skipped: line 3 (c.wav): "
+        "Could not fetch reference audio URL ....")
