@@ -270,6 +270,9 @@ def load_reference(
     transcript (refused when it has one); a clip (`is_clip`) as a `ReferenceClip` with the waveform of
     `prepare_reference_waveform` (`read=False`: files and URLs are not read). Refusals name `where`."""
     Where = where[:1].upper() + where[1:]
+    if text is not None and not isinstance(text, str):
+        raise ValueError(f"The transcript of {where} (reference_text) must be a string, got {type(text).__name__} "
+                         f"{text!r:.40}.")
     if not is_clip(reference):
         if not isinstance(reference, (str, os.PathLike)) and getattr(reference, "voice_format", None) != VOICE_FORMAT:
             raise ValueError(

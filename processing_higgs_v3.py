@@ -86,6 +86,7 @@ CHAT_LAYOUT = (
     '"audio": samples with "sampling_rate"), {"role": "user", "content": [{"type": "text", "text": what to say}]}].'
 )
 
+_SURROGATE = re.compile("[\ud800-\udfff]")  # half of a UTF-16 pair, alone: not encodable as UTF-8
 _TAG_START = re.compile(r"<\|[^\s<>|]*")  # an opening `<|` and what follows it up to a space or bracket
 _RENDERED = re.compile("{tts}(?:{ref_text}(.*?))?({ref_audio})?{text}(.*){audio_start}".format(  # a rendered prompt
     **{role: re.escape(token) for role, (token, _) in PROMPT_TOKENS.items()}), re.DOTALL)
@@ -231,6 +232,9 @@ class HiggsAudioV3Processor(ProcessorMixin):
         tags, valid = self._control_tags, "processor.valid_tags() (or `higgs-v3 tags`) lists"
         if problem := nothing_to_speak(text, where):
             return problem
+        if surrogate := _SURROGATE.search(text):  # e.g. from a JSON "\ud800" escape: no tokenizer can encode it
+            return (f"{where[:1].upper() + where[1:]} holds a lone surrogate ({surrogate.group(0)!r} at character "
+                    f"{surrogate.start()}), which is not valid Unicode text; remove it or fix how the text was decoded.")
         for tag in (match.group(0) for match in TAG_PATTERN.finditer(text)):
             if tag in self._structural_tokens:
                 return (f"{tag!r} in {where} is a structural prompt token, which the processor places itself; remove "
@@ -612,8 +616,11 @@ def _conversation_problem(messages, where: str) -> tuple[str | None, list]:
         )
         if problem:
             return problem, []
-        text = "".join(str(item.get("text", "")) for item in content if item["type"] == "text")
-        turns.append((message, list(content), audio, text))
+        texts = [item.get("text", "") for item in content if item["type"] == "text"]
+        if not all(isinstance(text, str) for text in texts):
+            bad = next(text for text in texts if not isinstance(text, str))
+            return f"A text item of {here} holds {type(bad).__name__} {bad!r:.40}; 'text' must be a string.", []
+        turns.append((message, list(content), audio, "".join(texts)))
     return None, turns
 
 

@@ -151,3 +151,42 @@ def test_a_record_of_another_recipe_or_voice_file_is_not_complete(tmp_path):
         "Batch: 3 items, 2 written now (process 0: 2) (spoken again as what produced them changed: dtype 2), 1 already "
         "complete; 0.00 s of audio in 0.00 s; none cut at the length limit; 1 failed and skipped: line 3 (c.wav): "
         "Could not fetch reference audio URL ....")
+
+
+# ------------------------------------------------------------------------------------------------- text inputs
+@pytest.mark.parametrize("value, shown", [(None, "NoneType None"), (["a", "b"], "list ['a', 'b']"), (5, "int 5")])
+def test_a_chat_text_item_must_hold_a_string(processor, value, shown):
+    """It was spoken as its printed form ("None", "['a', 'b']")."""
+    conversation = [{"role": "user", "content": [{"type": "text", "text": value}]}]
+    with pytest.raises(ValueError) as error:
+        processor.apply_chat_template(conversation, tokenize=True, return_dict=True)
+    assert str(error.value).startswith(f"A text item of message 0 of the conversation holds {shown}; 'text' must be a "
+                                       "string. ")
+
+
+def test_a_lone_surrogate_is_refused_where_text_enters(processor, tmp_path):
+    """From a JSON "\\ud800" escape or bytes decoded with surrogateescape (a non-UTF-8 command line): the tokenizer
+    raised a TypeError ("internal error"); now the text's one check refuses it, also for a manifest line."""
+    from higgs_v3.cli.batch import _checked_items, read_manifest
+
+    with pytest.raises(ValueError) as error:
+        processor(text="Hi \udcff there.")
+    assert str(error.value) == ("The text holds a lone surrogate ('\\udcff' at character 3), which is not valid Unicode "
+                                "text; remove it or fix how the text was decoded.")
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text('{"text": "Hi \\ud800.", "output": "a"}\n', encoding="utf-8")
+    with pytest.raises(ValueError) as error:
+        _checked_items(processor, read_manifest(manifest), 300)
+    assert str(error.value).startswith("The text of line 1 holds a lone surrogate ('\\ud800' at character 3)")
+
+
+def test_a_reference_text_that_is_not_a_string_is_refused(model, processor):
+    import torch
+
+    from higgs_v3.audio_io_higgs_v3 import HiggsAudioV3Voice
+    from higgs_v3.longform_higgs_v3 import synthesize_long
+
+    voice = HiggsAudioV3Voice(codes=torch.zeros(30, 8, dtype=torch.long))
+    with pytest.raises(ValueError) as error:
+        synthesize_long(model, processor, "Hi.", reference=voice, reference_text=5)
+    assert str(error.value) == "The transcript of the reference (reference_text) must be a string, got int 5."
