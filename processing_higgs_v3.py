@@ -162,6 +162,13 @@ class HiggsAudioV3Processor(ProcessorMixin):
         return {**super().to_dict(), "audio_spec": self.audio_spec.to_dict()}
 
     @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs) -> "HiggsAudioV3Processor":
+        """`ProcessorMixin.from_pretrained`; called on this class, the folder's remote code is not needed (this class is
+        that code), so transformers does not ask whether to run it (a 15 s `[y/N]` prompt on every rank)."""
+        kwargs.setdefault("trust_remote_code", False)
+        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+
+    @classmethod
     def from_model_config(cls, tokenizer, config, **kwargs) -> "HiggsAudioV3Processor":
         """A processor with the audio settings of `config` (a `HiggsAudioV3Config`) and its codec's frame-count
         parameters, checked against it (`check_model_config`); `kwargs` are the constructor's."""

@@ -543,6 +543,7 @@ def cmd_batch(args) -> int:
     from ..longform_higgs_v3 import rows_for_max_seconds
     from ..sampling_higgs_v3 import check_seed
 
+    check_launch()
     check_seed(args.seed, "--seed")
     if args.max_seconds is not None:  # longform's bound of one chunk (the codec's rates, the default positions)
         rows_for_max_seconds(args.max_seconds, HiggsAudioV3AudioSpec(), MAX_POSITIONS, name="--max-seconds")
@@ -572,6 +573,16 @@ def cmd_batch(args) -> int:
     return 1 if summary.failed else 0
 
 
+def check_launch() -> None:
+    """Refuse the one process that `accelerate launch --num_processes N` (N > 1) starts on a machine without GPUs
+    unless given `--multi_gpu`: its simple launcher sets MASTER_ADDR for the N processes but starts one (no
+    WORLD_SIZE), which would silently do all the work alone."""
+    if os.environ.get("ACCELERATE_MIXED_PRECISION") and os.environ.get("MASTER_ADDR") and "WORLD_SIZE" not in os.environ:
+        raise ValueError("accelerate launch started ONE process although --num_processes asked for more (without GPUs "
+                         "its default launcher starts one); add --multi_gpu to start them on the CPU (torch's gloo "
+                         "backend), or run without --num_processes.")
+
+
 def _has_accelerator() -> bool:
     import torch
 
@@ -587,6 +598,7 @@ __all__ = [
     "RESULTS_FILE",
     "assign_default_seeds",
     "batch_recipe",
+    "check_launch",
     "cmd_batch",
     "model_fingerprint",
     "read_manifest",

@@ -256,7 +256,9 @@ def cmd_finetune(args) -> int:
             print(message, file=sys.stderr, flush=True)
 
     from ..training.finetune import FinetuneRun
+    from .batch import check_launch
 
+    check_launch()
     run = FinetuneRun(
         data=args.data, model=args.model, output=args.output, lora=args.lora, lora_rank=args.lora_rank,
         epochs=args.epochs, max_steps=args.max_steps, learning_rate=args.learning_rate, batch_size=args.batch_size,

@@ -141,9 +141,7 @@ def resolve_model(name: str, log=None) -> Path:
 def _convert_original(name: str, log) -> Path:
     from ..conversion.cache import converted_path
 
-    if log is not None:
-        log(f"{name} is an original checkpoint: converting it once into the local cache (this takes a while)...")
-    return converted_path(name)
+    return converted_path(name, progress=log)  # which says so only when it converts
 
 
 def _device(name: str):

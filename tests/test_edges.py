@@ -190,3 +190,36 @@ def test_a_reference_text_that_is_not_a_string_is_refused(model, processor):
     with pytest.raises(ValueError) as error:
         synthesize_long(model, processor, "Hi.", reference=voice, reference_text=5)
     assert str(error.value) == "The transcript of the reference (reference_text) must be a string, got int 5."
+
+
+# ------------------------------------------------------------------------------------------------- new users
+def test_the_processor_class_loads_a_folder_without_the_remote_code_prompt(tiny_random_repo, monkeypatch):
+    """`HiggsAudioV3Processor.from_pretrained(folder)` (from_original, the tensor-parallel snippet) made transformers
+    ask `Do you wish to run the custom code? [y/N]` and wait 15 s; the class is that code, so nothing is asked."""
+    import builtins
+
+    from higgs_v3 import HiggsAudioV3Processor
+
+    monkeypatch.setattr(builtins, "input", lambda *a: pytest.fail(f"transformers asked: {a}"))
+    processor = HiggsAudioV3Processor.from_pretrained(tiny_random_repo)
+    assert type(processor) is HiggsAudioV3Processor and processor.tokenizer is not None
+
+
+@pytest.mark.parametrize("command", ["batch", "finetune"])
+def test_one_process_from_accelerate_asked_for_more_is_refused(monkeypatch, capsys, tmp_path, command):
+    """`accelerate launch --num_processes 2` without GPUs (and without --multi_gpu) starts one process, which did all
+    the work alone, silently; the environment of its simple launcher (MASTER_ADDR, no WORLD_SIZE) is refused."""
+    from higgs_v3.cli import main as cli_main
+    from higgs_v3.cli import models
+
+    monkeypatch.setattr(models, "resolve_model", lambda *a, **k: pytest.fail("the model was resolved"))
+    for key, value in {"ACCELERATE_MIXED_PRECISION": "no", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    argv = {"batch": ["batch", "m.jsonl", "--out-dir", str(tmp_path)],
+            "finetune": ["finetune", "--data", str(tmp_path), "--output", str(tmp_path / "o")]}[command]
+    assert cli_main.main(argv) == 2
+    assert capsys.readouterr().err == (
+        "higgs-v3: error: accelerate launch started ONE process although --num_processes asked for more (without GPUs "
+        "its default launcher starts one); add --multi_gpu to start them on the CPU (torch's gloo backend), or run "
+        "without --num_processes.\n")

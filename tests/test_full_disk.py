@@ -40,11 +40,12 @@ def small_disk(tmp_path):
 
 
 def _one_error_line(capsys, prefix: str) -> str:
+    """The error line, the last on stderr; the lines before it are the steps the run had started (progress)."""
     captured = capsys.readouterr()
-    lines = captured.err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"{prefix}: error: No space left on device while writing "), \
-        captured.err
-    return lines[0]
+    *steps, line = captured.err.strip().splitlines()
+    assert line.startswith(f"{prefix}: error: No space left on device while writing "), captured.err
+    assert all(step.startswith(("Read the original", "Writing the config")) for step in steps), captured.err
+    return line
 
 
 def _needed(folder: Path, weights: int) -> str:
