@@ -303,9 +303,11 @@ def _files(folder: Path) -> Iterator[Path]:
             yield path
 
 
-def write_complete(folder: Path) -> Path:
-    """Write `COMPLETE_FILE` into `folder` (sizes and sha256 of its other files), atomically."""
-    files = {path.relative_to(folder).as_posix(): {"size": path.stat().st_size, "sha256": _sha256(path)}
+def write_complete(folder: Path, checksums: bool = True) -> Path:
+    """Write `COMPLETE_FILE` into `folder` (sizes and sha256 of its other files; without `checksums`, sizes only, the
+    sha256 null: a training checkpoint of tens of GB would take minutes to hash), atomically."""
+    files = {path.relative_to(folder).as_posix(): {"size": path.stat().st_size,
+                                                    "sha256": _sha256(path) if checksums else None}
              for path in _files(folder)}
     marker = folder / COMPLETE_FILE
     with atomic_output(marker) as temporary:

@@ -685,12 +685,13 @@ class _Progress(TrainerCallback):
 
 class CheckpointMarker(TrainerCallback):
     """Marks each `checkpoint-N` complete once Trainer has written all of it: `conversion.folders.write_complete`
-    (the sizes and sha256 of its files) after the trainer state, the last file Trainer writes. A checkpoint without
-    the marker, or whose files differ from it, was cut short (a kill, a full disk) and is never resumed from."""
+    (the sizes of its files; hashing tens of GB at every save would cost minutes) after the trainer state, the last
+    file Trainer writes. A checkpoint without the marker, or whose files differ from it, was cut short (a kill, a full
+    disk) and is never resumed from."""
 
     def on_save(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
-            write_complete(Path(args.output_dir) / f"checkpoint-{state.global_step}")
+            write_complete(Path(args.output_dir) / f"checkpoint-{state.global_step}", checksums=False)  # sizes
 
 
 def resume_checkpoint(output: str | os.PathLike) -> tuple[Path, list[str]]:
