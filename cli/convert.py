@@ -75,7 +75,8 @@ def _export(args) -> int:
 
     result = export_to_original(args.input, args.output, dtype=args.dtype,
                                 max_shard_size=args.max_shard_size or DEFAULT_MAX_SHARD_SIZE,
-                                overwrite=args.overwrite, original=args.original)
+                                overwrite=args.overwrite, original=args.original,
+                                progress=lambda message: print(message, file=sys.stderr, flush=True))
     print(f"Exported {result.num_tensors} tensors ({result.dtype}) in the original layout into {result.output_dir} "
           f"({', '.join(result.shards)}).")
     for name, how in sorted(result.filled.items()):

@@ -50,3 +50,15 @@ def test_convert_help_imports_neither_torch_nor_transformers():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "higgs-v3 convert" in done.stdout and done.stdout.rstrip().endswith("[]")
+
+
+def test_the_export_to_the_original_layout_says_each_step(tiny_random_repo, tmp_path, capsys):
+    from higgs_v3.cli import main as cli_main
+
+    assert cli_main.main(["convert", "--to-original", "--input", str(tiny_random_repo),
+                          "--output", str(tmp_path / "original")]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert re.fullmatch(rf"Read {re.escape(repr(str(tiny_random_repo)))}; writing \d+ tensors in the original layout "
+                        r"into original_exporting_[0-9a-f]{8}\.\.\.", lines[0]), lines
+    assert lines[1:] == ["Writing the config, tokenizer and codec config...",
+                         "Verifying: reading every written tensor back..."]
