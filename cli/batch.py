@@ -574,13 +574,13 @@ def cmd_batch(args) -> int:
 
 
 def check_launch() -> None:
-    """Refuse the one process that `accelerate launch --num_processes N` (N > 1) starts on a machine without GPUs
-    unless given `--multi_gpu`: its simple launcher sets MASTER_ADDR for the N processes but starts one (no
+    """Refuse the one process that `accelerate launch --num_processes N` (N > 1) starts on a machine without several
+    GPUs unless given `--multi_gpu`: its simple launcher sets MASTER_ADDR for the N processes but starts one (no
     WORLD_SIZE), which would silently do all the work alone."""
     if os.environ.get("ACCELERATE_MIXED_PRECISION") and os.environ.get("MASTER_ADDR") and "WORLD_SIZE" not in os.environ:
-        raise ValueError("accelerate launch started ONE process although --num_processes asked for more (without GPUs "
-                         "its default launcher starts one); add --multi_gpu to start them on the CPU (torch's gloo "
-                         "backend), or run without --num_processes.")
+        raise ValueError("accelerate launch started ONE process although --num_processes asked for more (its default "
+                         "launcher does so on a machine without several GPUs); add --multi_gpu to start them all (on a "
+                         "CPU they use torch's gloo backend), or run without --num_processes.")
 
 
 def _has_accelerator() -> bool:

@@ -220,6 +220,6 @@ def test_one_process_from_accelerate_asked_for_more_is_refused(monkeypatch, caps
             "finetune": ["finetune", "--data", str(tmp_path), "--output", str(tmp_path / "o")]}[command]
     assert cli_main.main(argv) == 2
     assert capsys.readouterr().err == (
-        "higgs-v3: error: accelerate launch started ONE process although --num_processes asked for more (without GPUs "
-        "its default launcher starts one); add --multi_gpu to start them on the CPU (torch's gloo backend), or run "
-        "without --num_processes.\n")
+        "higgs-v3: error: accelerate launch started ONE process although --num_processes asked for more (its default "
+        "launcher does so on a machine without several GPUs); add --multi_gpu to start them all (on a CPU they use "
+        "torch's gloo backend), or run without --num_processes.\n")
