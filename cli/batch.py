@@ -311,7 +311,9 @@ def _voices(model, processor, items: list[BatchItem], known: dict, failed: list[
     for item in items:
         if item.output not in known:
             try:
-                known[item.output] = _voice_for(model, processor, item)
+                known[item.output] = voice = _voice_for(model, processor, item)
+                if voice is not None:  # its codes as the prompt takes them (codebooks, range, length), up front
+                    processor._codes(voice, f"the voice of line {item.line}")
             except (ValueError, OSError) as error:
                 if failed is None:
                     raise

@@ -223,3 +223,20 @@ def test_one_process_from_accelerate_asked_for_more_is_refused(monkeypatch, caps
         "higgs-v3: error: accelerate launch started ONE process although --num_processes asked for more (its default "
         "launcher does so on a machine without several GPUs); add --multi_gpu to start them all (on a CPU they use "
         "torch's gloo backend), or run without --num_processes.\n")
+
+
+def test_a_voice_the_prompt_would_refuse_is_found_before_generation(model, processor, tmp_path):
+    """A saved voice that loads but that the prompt refuses (4 codebooks for an 8-codebook model) is refused when the
+    run starts (with --keep-going: listed, its item left out), not when its line's group is reached."""
+    import torch
+
+    from higgs_v3.audio_io_higgs_v3 import HiggsAudioV3Voice
+    from higgs_v3.cli.batch import BatchItem, _voices
+
+    HiggsAudioV3Voice(codes=torch.zeros(30, 4, dtype=torch.long)).save(tmp_path / "four.safetensors")
+    item = BatchItem(2, "Hi.", "a.wav", 1, str(tmp_path / "four.safetensors"))
+    with pytest.raises(ValueError, match="the voice of line 2"):
+        _voices(model, processor, [item], {}, None)
+    failed = []
+    assert _voices(model, processor, [item], {}, failed) == []
+    assert len(failed) == 1 and failed[0].startswith("line 2 (a.wav): ") and "the voice of line 2" in failed[0]
