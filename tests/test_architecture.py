@@ -75,9 +75,18 @@ MAY_IMPORT: dict[str, set[str]] = {
     },
     "cli.main": {
         "audio_io_higgs_v3", "chunking_higgs_v3", "cli.batch", "cli.convert", "cli.models", "conversion.original_format",
-        "delay_higgs_v3", "generation_higgs_v3", "longform_higgs_v3", "sampling_higgs_v3", "training.finetune",
-        "testing.tiny",  # only inside the demo command `make-tiny --original`, see below
+        "delay_higgs_v3", "generation_higgs_v3", "longform_higgs_v3", "sampling_higgs_v3", "serving.server",
+        "training.finetune", "testing.tiny",  # testing.tiny only inside the demo command `make-tiny --original`, see below
     },
+    # The server (`higgs-v3 serve`).
+    "serving.app": {
+        "chunking_higgs_v3", "longform_higgs_v3", "sampling_higgs_v3", "serving.audio", "serving.voices",
+        "serving.worker",
+    },
+    "serving.audio": set(),
+    "serving.server": {"cli.models", "serving.app"},
+    "serving.voices": {"audio_io_higgs_v3"},
+    "serving.worker": {"streaming_higgs_v3"},
     # Fine-tuning.
     "training.finetune": {
         "audio_io_higgs_v3", "cli.models", "conversion.folders", "conversion.repo", "generation_higgs_v3",
@@ -92,7 +101,7 @@ MAY_IMPORT: dict[str, set[str]] = {
 # The remote code of a converted Hub repo: the modules `auto_map` names and everything they import.
 REMOTE_CODE = {module for module in MAY_IMPORT if module.endswith("_higgs_v3")}
 ENTRY_MODULES = ("configuration_higgs_v3", "modeling_higgs_v3", "processing_higgs_v3")
-SUBPACKAGES = ("cli", "conversion", "testing", "training")  # installed package only; never copied to a Hub repo
+SUBPACKAGES = ("cli", "conversion", "serving", "testing", "training")  # installed package only; never copied to a Hub repo
 FIXTURES = "testing.tiny"
 
 
