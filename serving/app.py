@@ -371,7 +371,9 @@ def _add_routes(router: APIRouter, service: SpeechService) -> None:
 
     @router.get("/health")
     async def health():
-        return {"status": "ok", "model": settings.model_name, "queued": service.worker.queued}
+        batches = service.worker.batches
+        return {"status": "ok", "model": settings.model_name, "queued": service.worker.queued,
+                "batches": len(batches), "largest_batch": max(batches, default=0)}
 
     @router.get("/v1/models")
     async def models():

@@ -1,7 +1,8 @@
 # Copyright 2026 the higgs-v3 authors. Licensed under the Apache License, Version 2.0.
 """`higgs-v3 serve` (its options: `cli/main`): check the options, load the model, run the app under uvicorn. uvicorn
 owns the process's signals: on SIGTERM or Ctrl-C it stops accepting connections, lets the requests in flight finish,
-then the app's lifespan drains the worker's queue, and the process exits 0."""
+then the app's lifespan drains the worker's queue, and uvicorn ends the process with the signal it got (its default
+action: a process manager sees a SIGTERM'd process)."""
 
 from __future__ import annotations
 
