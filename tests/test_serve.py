@@ -32,7 +32,7 @@ ACCEPTED = ", ".join(writable_formats())
 def served(tokenizer, tmp_path_factory):
     model = tiny_tts_model(max_new_tokens=8)
     processor = HiggsAudioV3Processor.from_model_config(tokenizer, model.config)
-    settings = ServeSettings("tiny", tmp_path_factory.mktemp("voices"), api_key="secret", max_input_chars=100,
+    settings = ServeSettings("tiny", tmp_path_factory.mktemp("voices"), api_key="secret", max_input_chars=400,
                              max_body_bytes=200_000, max_queue=2)
     with TestClient(create_app(model, processor, settings)) as client:
         yield client, model, processor
@@ -51,7 +51,7 @@ def speech(**fields) -> dict:
 
 @pytest.mark.parametrize("body, status, param, message", [
     (speech(input=""), 400, "input", "Input is empty; there is nothing to speak."),
-    (speech(input="x" * 101), 413, "input", "input is 101 characters; this server takes at most 100 per request"),
+    (speech(input="x" * 401), 413, "input", "input is 401 characters; this server takes at most 400 per request"),
     (speech(input="<|emotion:nope|>Hi."), 400, "input", "Unknown control tag '<|emotion:nope|>' in input"),
     (speech(input=3), 400, "input", "'input': Input should be a valid string"),
     (speech(model="tts-1"), 404, "model", "model 'tts-1' is not served here; this server serves 'tiny'."),
@@ -116,6 +116,17 @@ def test_audio_is_model_generate_with_the_seed(served):
     assert response.content == expected.getvalue()
     raw = client.post("/v1/audio/speech", json=speech(response_format="pcm", seed=11), headers=KEY).content
     assert raw == expected.getvalue()[44:]  # 16-bit little-endian samples, the WAV's data without its header
+
+
+def test_a_long_input_is_spoken_as_synthesize_long_speaks_it(served):
+    client, model, processor = served
+    text = " ".join(f"Sentence number {i} of a text that is longer than one chunk." for i in range(6))
+    response = client.post("/v1/audio/speech", json=speech(input=text, response_format="pcm", seed=21), headers=KEY)
+    expected = processor.synthesize_long(model, text, seed=21, batch_size=1)
+    assert len(expected.chunks) == 2  # chunk 0 spoken first, alone: its voice speaks chunk 1
+    written = io.BytesIO()
+    soundfile.write(written, expected.waveform.numpy(), 24000, format="RAW", subtype="PCM_16", endian="LITTLE")
+    assert response.content == written.getvalue()
 
 
 def test_voices_are_saved_listed_used_and_deleted(served):
