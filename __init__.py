@@ -27,6 +27,7 @@ _EXPORTS = {
     "from_original": "conversion.cache",
     "synthesize_long": "longform_higgs_v3",
     "synthesize_dialogue": "longform_higgs_v3",
+    "synthesize_stream": "longform_higgs_v3",
 }
 
 
