@@ -183,12 +183,12 @@ class SpeechWorker:
                                              return_dict_in_generate=True, output_audio=False, streamer=streamer,
                                              **dict(batch[0].options))
                 frames, finished = output.audio_code_lengths.tolist(), output.finished.tolist()
+                self.batches.append(len(batch))
                 for i, chunk in enumerate(batch):
                     waveform = self.model.decode_audio(output.sequences[i : i + 1], output.lengths[i : i + 1])[0]
                     chunk.deliver(("done", ChunkOutput(chunk.text, output.audio_codes[i, : frames[i]].cpu(),
                                                        waveform.float().cpu(), bool(finished[i]), chunk.seed,
                                                        len(batch))))
-            self.batches.append(len(batch))
         except Exception as error:  # noqa: BLE001 - every waiting request gets it
             for chunk in batch:
                 chunk.deliver(("error", error))

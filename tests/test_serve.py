@@ -7,6 +7,7 @@ The real server, the openai client, streaming and batching: tests/test_serve_int
 from __future__ import annotations
 
 import base64
+import json
 import io
 import threading
 
@@ -177,3 +178,67 @@ def test_formats_are_what_libsndfile_writes():
                                        and pair[0] in soundfile.available_formats()
                                        and pair[1] in soundfile.available_subtypes(pair[0])}
     assert "aac" not in writable_formats() and {"wav", "pcm"} <= set(writable_formats())
+
+
+def test_a_reference_clip_in_base64_speaks_as_the_voice_made_from_it(served):
+    client, model, processor = served
+    clip = io.BytesIO()
+    soundfile.write(clip, np.cos(np.arange(30000) / 5).astype(np.float32) * 0.2, 24000, format="WAV")
+    body = speech(response_format="pcm", seed=4, reference_audio=base64.b64encode(clip.getvalue()).decode(),
+                  reference_text="Hi.")
+    spoken = client.post("/v1/audio/speech", json=body, headers=KEY)
+    voice = model.encode_reference(torch.from_numpy(soundfile.read(io.BytesIO(clip.getvalue()), dtype="float32")[0]),
+                                   text="Hi.", sampling_rate=24000)
+    out = model.generate(**processor("Hello there.", reference=voice), seed=4, return_dict_in_generate=True,
+                         output_audio=True)
+    expected = io.BytesIO()
+    soundfile.write(expected, out.audio[0].numpy(), 24000, format="RAW", subtype="PCM_16", endian="LITTLE")
+    assert spoken.status_code == 200 and spoken.content == expected.getvalue()
+
+
+def test_the_text_websocket_wants_the_key_and_refuses_a_bad_sentence_in_an_error_frame(served):
+    from starlette.websockets import WebSocketDisconnect
+
+    client, _, _ = served
+    with pytest.raises(WebSocketDisconnect) as closed:
+        with client.websocket_connect("/v1/audio/speech/stream") as websocket:
+            websocket.receive_text()
+    assert closed.value.code == 1008
+    with client.websocket_connect("/v1/audio/speech/stream?seed=x", headers=KEY) as websocket:
+        found = json.loads(websocket.receive_text())
+    assert found["type"] == "error" and found["error"]["param"] == "seed"
+    with client.websocket_connect("/v1/audio/speech/stream?seed=1&max_seconds=0.2", headers=KEY) as websocket:
+        websocket.send_text("Fine. <|emotion:nope|>Bad")
+        websocket.send_text(" one. ")
+        assert len(websocket.receive_bytes()) > 0  # "Fine." spoken
+        found = json.loads(websocket.receive_text())
+    assert found["type"] == "error" and found["error"]["param"] == "input"
+    assert "Unknown control tag '<|emotion:nope|>' in sentence 2 of the stream" in found["error"]["message"]
+
+
+def test_cancelled_chunks_are_dropped_when_a_batch_forms(served):
+    import asyncio
+
+    from higgs_v3.serving.worker import Chunk
+
+    client, _, _ = served
+    worker = client.app.state.service.worker
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        left, kept = (Chunk("Gone.", None, 1, (), False, loop), Chunk("Kept.", None, 2, (), False, loop))
+        left.cancelled.set()
+        count = len(worker.batches)
+        worker.submit(left), worker.submit(kept)
+        output = await asyncio.wait_for(kept.output, 30)
+        return output, left.output.done(), worker.batches[count:]
+
+    output, left_done, batches = asyncio.run(run())
+    assert output.text == "Kept." and output.batch_size == 1 and not left_done and batches == [1]
+
+
+def test_serve_options_are_checked_by_the_parser(capsys):
+    from higgs_v3.cli.main import main
+
+    assert main(["serve", "--max-batch-size", "0"]) == 2
+    assert "--max-batch-size must be at least 1, got '0'" in capsys.readouterr().err

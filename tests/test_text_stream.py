@@ -11,9 +11,9 @@ import torch
 
 from higgs_v3.chunking_higgs_v3 import split_sentences, stream_sentences
 from higgs_v3.longform_higgs_v3 import synthesize_long
-from higgs_v3.modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
 from higgs_v3.processing_higgs_v3 import HiggsAudioV3Processor
-from higgs_v3.testing.tiny import tiny_codec_config, tiny_config
+
+from conftest import tiny_tts_model
 
 
 def lazily(pieces, seen):
@@ -49,8 +49,7 @@ def test_a_sentence_comes_out_as_soon_as_the_next_begins():
 
 @pytest.fixture(scope="module")
 def tts(tokenizer):
-    torch.manual_seed(0)
-    model = HiggsAudioV3ForConditionalGeneration(tiny_config(codec_config=tiny_codec_config())).eval()
+    model = tiny_tts_model(max_new_tokens=8)  # the tiny model with its codec (built once per run, shared)
     return model, HiggsAudioV3Processor.from_model_config(tokenizer, model.config)
 
 
