@@ -101,10 +101,10 @@ def throughput(http, bodies: list[dict], concurrency: int | None) -> tuple[float
 
 def first_byte(http, body: dict) -> tuple[float, float]:
     """(time to the first audio byte of the streamed request, time of the whole response)."""
-    began = time.perf_counter()
+    began, first = time.perf_counter(), None
     with http.stream("POST", "/v1/audio/speech", json={**body, "stream_format": "audio"}) as response:
-        for index, _ in enumerate(response.iter_raw()):
-            first = time.perf_counter() - began if index == 0 else first
+        for _ in response.iter_raw():
+            first = time.perf_counter() - began if first is None else first
     began = time.perf_counter()
     http.post("/v1/audio/speech", json=body).raise_for_status()
     return first, time.perf_counter() - began

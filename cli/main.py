@@ -208,7 +208,8 @@ def _add_serve_parser(commands) -> None:
         "voices, and a WebSocket that speaks text as it arrives. Needs the serve extra: pip install 'higgs-v3[serve]'.")
     serve.add_argument("--model", default=os.environ.get("HIGGS_V3_MODEL", DEFAULT_MODEL),
                        help="tiny-random, a converted or original folder, or a Hub repo id")
-    serve.add_argument("--served-model-name", default=None, help="the id clients send as `model` (default: --model)")
+    serve.add_argument("--served-model-name", nargs="+", default=None, metavar="NAME",
+                       help="the id(s) clients may send as `model`, the first listed by /v1/models (default: --model)")
     serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
     serve.add_argument("--port", type=_positive("--port", int), default=8000)
     serve.add_argument("--api-key", default=None, help="required as 'Authorization: Bearer KEY' on every route "

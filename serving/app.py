@@ -44,6 +44,7 @@ from pydantic import BaseModel, ConfigDict, StrictFloat, StrictInt, StrictStr
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import HTTPConnection
 
+from ..audio_io_higgs_v3 import load_reference
 from ..chunking_higgs_v3 import DEFAULT_MAX_CHARS, TAG_PATTERN, nothing_to_speak, split_text, stream_sentences
 from ..longform_higgs_v3 import DEFAULT_PAUSE_SECONDS, _voice_from_chunk, resolve_voice, rows_for_max_seconds
 from ..sampling_higgs_v3 import check_seed, draw_seed
@@ -268,9 +269,12 @@ class SpeechService:
             if isinstance(source, bytes):
                 path = Path(folder) / "clip.audio"
                 path.write_bytes(source)
-            try:
-                return await self.worker.call(lambda: resolve_voice(self.model, self.processor, str(path), transcript,
-                                                                    where=param))
+            rate = self.spec.sampling_rate
+            try:  # files and URLs are read here, off the model's thread; the worker only encodes
+                clip = await asyncio.to_thread(load_reference, str(path), transcript, None, param, rate)
+                return await self.worker.call(lambda: resolve_voice(
+                    self.model, self.processor, {"array": clip.waveform, "sampling_rate": rate}, clip.text,
+                    where=param))
             except (OSError, ValueError) as error:
                 message = str(error).replace(repr(str(path)), "(the uploaded clip)")
                 raise APIError(400, " ".join(message.split()), param) from None
@@ -377,8 +381,8 @@ def _add_routes(router: APIRouter, service: SpeechService) -> None:
 
     @router.get("/v1/models")
     async def models():
-        return {"object": "list", "data": [{"id": settings.model_name, "object": "model", "created": 0,
-                                            "owned_by": "higgs-v3"}]}
+        return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "higgs-v3"}
+                                           for name in (settings.model_name, *settings.extra_model_names)]}
 
     @router.get("/v1/audio/voices")
     async def list_voices():
@@ -549,7 +553,8 @@ def _websocket_route(service: SpeechService):
         try:
             await _speak_stream(service, websocket)
         except APIError as error:
-            await websocket.send_text(json.dumps({"type": "error", "error": json.loads(error.response().body)["error"]}))
+            body = json.loads(error.response().body)
+            await websocket.send_text(json.dumps({"type": "error", "error": body["error"]}))
             await websocket.close(code=1008)
         except WebSocketDisconnect:
             pass

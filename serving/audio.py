@@ -45,7 +45,8 @@ def writable_formats() -> list[str]:
 def format_problem(name: str, streamed: bool) -> str | None:
     """Why `name` cannot be the response format (`streamed`: sent as it is generated), or None."""
     if name not in FORMATS:
-        return f"response_format {name!r} is not one of OpenAI's formats; accepted here: {', '.join(writable_formats())}."
+        accepted = ", ".join(writable_formats())
+        return f"response_format {name!r} is not one of OpenAI's formats; accepted here: {accepted}."
     if name not in writable_formats():
         return (f"response_format {name!r} is not written by this server's libsndfile; accepted here: "
                 f"{', '.join(writable_formats())}.")
@@ -68,7 +69,7 @@ def encode(waveform: np.ndarray, name: str, sampling_rate: int) -> bytes:
 
 
 def wav_stream_header(sampling_rate: int) -> bytes:
-    """A 16-bit mono WAV header whose sizes are unknown (0xFFFFFFFF, as streaming servers send it); 16-bit PCM follows."""
+    """A 16-bit mono WAV header with unknown sizes (0xFFFFFFFF, as streaming servers send it); 16-bit PCM follows."""
     unknown = 0xFFFFFFFF
     return (b"RIFF" + struct.pack("<I", unknown) + b"WAVEfmt " + struct.pack("<IHHIIHH", 16, 1, 1, sampling_rate,
             sampling_rate * 2, 2, 16) + b"data" + struct.pack("<I", unknown))

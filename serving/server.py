@@ -12,7 +12,7 @@ import sys
 
 def cmd_serve(args) -> int:
     try:
-        import fastapi  # noqa: F401
+        import fastapi  # noqa: F401 - the app's; checked here for the one message
         import uvicorn
     except ImportError as error:
         raise ImportError(f"higgs-v3 serve needs the serve extra ({error.name} is missing): "
@@ -31,7 +31,9 @@ def cmd_serve(args) -> int:
     if args.model == TINY_RANDOM and max_seconds is None:
         max_seconds = TINY_RANDOM_MAX_SECONDS
     settings = ServeSettings(
-        model_name=args.served_model_name or args.model, voices_dir=args.voices_dir or cache_dir() / "voices",
+        model_name=(args.served_model_name or [args.model])[0],
+        extra_model_names=tuple(args.served_model_name or [])[1:],
+        voices_dir=args.voices_dir or cache_dir() / "voices",
         api_key=api_key, max_batch_size=args.max_batch_size, batch_wait_ms=args.batch_wait_ms,
         max_queue=args.max_queue, max_input_chars=args.max_input_chars, max_body_bytes=args.max_body_bytes,
         max_seconds=max_seconds, allow_url_references=args.allow_url_references,

@@ -142,7 +142,8 @@ def test_voices_are_saved_listed_used_and_deleted(served):
     assert error(client.post("/v1/audio/voices", data={"name": "me"}, files=bad, headers=KEY), 400)["param"] == "audio"
     made = client.post("/v1/audio/voices", data={"name": "me", "transcript": "Hi."}, files=upload, headers=KEY)
     assert made.status_code == 201 and made.json()["name"] == "me" and made.json()["transcript"] == "Hi."
-    assert error(client.post("/v1/audio/voices", data={"name": "me"}, files=upload, headers=KEY), 409)["param"] == "name"
+    again = client.post("/v1/audio/voices", data={"name": "me"}, files=upload, headers=KEY)
+    assert error(again, 409)["param"] == "name"
     assert client.get("/v1/audio/voices", headers=KEY).json() == {"voices": ["default", "me"]}
     samples = torch.from_numpy(soundfile.read(io.BytesIO(clip.getvalue()), dtype="float32")[0])
     voice = model.encode_reference(samples, text="Hi.", sampling_rate=24000)
