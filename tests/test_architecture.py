@@ -80,7 +80,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     },
     # The server (`higgs-v3 serve`).
     "serving.app": {
-        "chunking_higgs_v3", "longform_higgs_v3", "sampling_higgs_v3", "serving.audio", "serving.voices",
+        "audio_io_higgs_v3", "chunking_higgs_v3", "longform_higgs_v3", "sampling_higgs_v3", "serving.audio", "serving.voices",
         "serving.worker",
     },
     "serving.audio": set(),
