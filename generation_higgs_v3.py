@@ -93,7 +93,7 @@ class HiggsAudioV3GenerationOutput(ModelOutput):
     def _repr_html_(self) -> str | None:
         if self.audio is None or self.sampling_rate is None:
             return None  # the plain repr
-        cut = [i for i, done in enumerate(self.finished.tolist()) if not done]
+        cut = [] if self.finished is None else [i for i, done in enumerate(self.finished.tolist()) if not done]
         notes = [f"Sequence(s) {', '.join(map(str, cut))} did not end: cut at max_new_tokens (the model's runaway "
                  "failure, usually a silent tail). Try another seed or a shorter text."] if cut else []
         labels = [f"Sequence {i}" for i in range(len(self.audio))]

@@ -78,6 +78,10 @@ def test_a_generation_output_plays_one_player_per_sequence_and_names_the_cut_one
     assert ("<div>Sequence(s) 1 did not end: cut at max_new_tokens (the model&#x27;s runaway failure, usually a silent "
             "tail). Try another seed or a shorter text.</div>") in page
     assert HiggsAudioV3GenerationOutput(finished=torch.tensor([True]))._repr_html_() is None  # no audio: plain repr
+    built = HiggsAudioV3GenerationOutput(audio=audio[:1])  # built by hand: no flags, no rate known
+    assert built._repr_html_() is None
+    built.sampling_rate = 16000
+    assert players(built._repr_html_())[0][0] == 16000 and "did not end" not in built._repr_html_()
 
 
 @pytest.fixture(scope="module")
