@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from .audio_io_higgs_v3 import MAX_REFERENCE_SECONDS, HiggsAudioV3Voice, load_reference, save_audio
+from .audio_io_higgs_v3 import MAX_REFERENCE_SECONDS, HiggsAudioV3Voice, audio_html, load_reference, save_audio
 from .chunking_higgs_v3 import (DEFAULT_MAX_CHARS, DialogueLine, check_dialogue_voices, parse_dialogue, split_text,
                                 stream_sentences)
 from .generation_higgs_v3 import MAX_NEW_TOKENS, MAX_POSITIONS
@@ -180,9 +180,10 @@ class ChunkResult:
 
 @dataclass
 class SpeechResult:
-    """The output of `synthesize_long` / `synthesize_dialogue`: the waveform (every chunk's audio with `pause_seconds`
-    of silence between them, CPU float32), the chunks, the time spent generating, the per-chunk row limit, and the
-    voice used per speaker (key None for long text; None when spoken without reference)."""
+    """The output of `synthesize_long` / `synthesize_dialogue`: the audio (`audio`, as the generation output and the
+    pipeline name it; `waveform` is the same tensor: every chunk's audio with `pause_seconds` of silence between them,
+    CPU float32), the chunks, the time spent generating, the per-chunk row limit, and the voice used per speaker (key
+    None for long text; None when spoken without reference). In a notebook it shows as an audio player."""
 
     waveform: torch.FloatTensor
     sampling_rate: int
@@ -191,6 +192,11 @@ class SpeechResult:
     generation_seconds: float
     max_new_tokens: int
     voices: dict = field(default_factory=dict)
+
+    @property
+    def audio(self) -> torch.FloatTensor:
+        """The waveform (the name the generation output and the pipeline use; `waveform` is its alias)."""
+        return self.waveform
 
     @property
     def duration(self) -> float:
@@ -228,6 +234,15 @@ class SpeechResult:
 
     def save(self, path: str | os.PathLike) -> Path:
         return save_audio(self.waveform, path, sampling_rate=self.sampling_rate)
+
+    def _repr_html_(self) -> str:
+        notes = [f"{len(self.chunks)} chunk(s) generated in {self.generation_seconds:.1f} s (real-time factor "
+                 f"{self.real_time_factor:.2f})."]
+        if self.unfinished_chunks:
+            notes.append(f"Chunk(s) {', '.join(map(str, self.unfinished_chunks))} ran into the length limit "
+                         f"({self.max_new_tokens} rows) without ending: the model's runaway failure, usually a silent "
+                         "tail. Try another seed or shorter chunks.")
+        return audio_html("Speech", [self.waveform], self.sampling_rate, notes=notes)
 
 
 def _join(chunks: Sequence[ChunkResult], pause_seconds: float, sampling_rate: int) -> torch.FloatTensor:

@@ -523,7 +523,7 @@ class HiggsAudioV3Processor(ProcessorMixin):
         return synthesize_dialogue(model, self, script, voices, **options)
 
     def save_audio(self, waveform, path: str | os.PathLike, sampling_rate: int | None = None):
-        """Write a mono waveform to `path` (format from the extension) at `sampling_rate` (default: the codec's)."""
+        """Write a mono waveform to `path` (or a list of them to a list of paths) at `sampling_rate` (the codec's)."""
         return save_audio(waveform, path, sampling_rate=sampling_rate or self.audio_spec.sampling_rate)
 
     @staticmethod
