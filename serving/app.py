@@ -469,12 +469,20 @@ async def _audio_stream(service: SpeechService, plan: Plan, first: Chunk, chunks
 
 
 async def _sse(events, plan: Plan):
-    """OpenAI's speech SSE: `speech.audio.delta` events (base64 audio), then `speech.audio.done` with the usage."""
+    """OpenAI's speech SSE: `speech.audio.delta` events (base64 audio), then `speech.audio.done` with the usage; a
+    failure once the response has started (a full queue for a later chunk, a fault) is an `error` event."""
     size = 0
-    async for data in events:
-        size += len(data)
-        event = {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")}
-        yield f"data: {json.dumps(event)}\n\n"
+    try:
+        async for data in events:
+            size += len(data)
+            event = {"type": "speech.audio.delta", "audio": base64.b64encode(data).decode("ascii")}
+            yield f"data: {json.dumps(event)}\n\n"
+    except Exception as error:  # noqa: BLE001 - the status line is sent: the stream says what went wrong
+        if not isinstance(error, APIError):
+            logger.error("Internal error in a speech stream", exc_info=error)
+            error = APIError(500, f"Internal error ({type(error).__name__}); see the server's log.")
+        yield f"data: {json.dumps({'type': 'error', 'error': json.loads(error.response().body)['error']})}\n\n"
+        return
     usage = {"input_tokens": sum(len(chunk) for chunk in plan.chunks), "output_tokens": size // 2,
              "total_tokens": sum(len(chunk) for chunk in plan.chunks) + size // 2}
     yield f"data: {json.dumps({'type': 'speech.audio.done', 'usage': usage})}\n\n"

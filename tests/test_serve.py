@@ -243,3 +243,27 @@ def test_serve_options_are_checked_by_the_parser(capsys):
 
     assert main(["serve", "--max-batch-size", "0"]) == 2
     assert "--max-batch-size must be at least 1, got '0'" in capsys.readouterr().err
+
+
+def test_a_failure_after_an_sse_stream_started_is_an_error_event(served, monkeypatch):
+    from higgs_v3.serving.worker import QueueFull
+
+    client, _, _ = served
+    worker, submitted = client.app.state.service.worker, []
+    original = worker.submit
+
+    def submit(chunk):  # chunk 0 is spoken; the queue is full when chunk 1 comes
+        submitted.append(chunk)
+        if len(submitted) > 1:
+            raise QueueFull
+        original(chunk)
+
+    monkeypatch.setattr(worker, "submit", submit)
+    text = " ".join(f"Sentence number {i} of a text that is longer than one chunk." for i in range(6))
+    response = client.post("/v1/audio/speech", headers=KEY,
+                           json=speech(input=text, response_format="pcm", stream_format="sse", seed=1))
+    events = [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: ")]
+    assert response.status_code == 200 and events[0]["type"] == "speech.audio.delta"
+    assert events[-1] == {"type": "error", "error": {
+        "message": "The server is busy (its queue is full); retry shortly.", "type": "server_error", "param": None,
+        "code": "server_busy"}}

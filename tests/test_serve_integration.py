@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -236,3 +237,13 @@ def test_sigterm_drains_and_a_killed_server_restarts_with_its_voices(server, tin
     finally:
         if again.process.poll() is None:
             again.kill()
+
+
+def test_bench_serve_runs_and_reports_its_ratios(tmp_path):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import bench_serve
+
+    payload = bench_serve.main(["--requests", "2", "--seconds", "0.2", "--no-plot", "--out", str(tmp_path)])
+    assert set(payload["ratios"]) == {"concurrency 1", "concurrency 4", "concurrency 16", "first byte / whole response"}
+    assert all(value > 0 for value in payload["ratios"].values()) and payload["largest_batch"] >= 1
+    assert json.loads((tmp_path / "bench_serve.json").read_text())["ratios"] == payload["ratios"]
