@@ -8,13 +8,17 @@ written through `atomic_output`.
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import html
 import io
 import json
 import os
 import re
 import secrets
 import time
+import wave
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -339,7 +343,15 @@ def check_audio_output(path: str | os.PathLike) -> Path:
 def save_audio(waveform: np.ndarray | torch.Tensor, path: str | os.PathLike,
                sampling_rate: int = _RATES.sampling_rate) -> Path:
     """Write a mono waveform (`[N]` or `[1, N]`, in [-1, 1]) to `path` (`atomic_output`; the format from the extension,
-    `.wav` as 16-bit PCM). Returns the path."""
+    `.wav` as 16-bit PCM). Returns the path. Several at once (as CSM's `processor.save_audio`): a list of waveforms
+    (`out.audio`) and a list of as many paths; every path is checked before any file is written; returns the paths."""
+    if isinstance(path, (list, tuple)):
+        if not isinstance(waveform, (list, tuple)) or len(waveform) != len(path):
+            got = f"{len(waveform)} waveforms" if isinstance(waveform, (list, tuple)) else type(waveform).__name__
+            raise ValueError(f"save_audio writes one waveform per path: got {len(path)} paths and {got}; give a list "
+                             "of waveforms (such as out.audio) and a list of as many paths.")
+        paths = [check_audio_output(one) for one in path]
+        return [save_audio(one, target, sampling_rate) for one, target in zip(waveform, paths)]
     sf, path = _soundfile(), check_audio_output(path)
     if isinstance(waveform, torch.Tensor):
         waveform = waveform.detach().to(device="cpu", dtype=torch.float32).numpy()
@@ -347,11 +359,31 @@ def save_audio(waveform: np.ndarray | torch.Tensor, path: str | os.PathLike,
     waveform = waveform[0] if waveform.ndim == 2 and waveform.shape[0] == 1 else waveform
     if waveform.ndim != 1:
         raise ValueError(f"save_audio writes one mono waveform of shape [samples] or [1, samples]; got shape "
-                         f"{waveform.shape}.")
+                         f"{waveform.shape}. Several waveforms: give a list of them and a list of as many paths.")
     with atomic_output(path) as temporary:  # encoded in memory: a failed write is the OS's error, not libsndfile's
         sf.write(encoded := io.BytesIO(), waveform, int(sampling_rate), format=path.suffix[1:].upper())
         temporary.write_bytes(encoded.getbuffer())
     return path
+
+
+def audio_html(title: str, waveforms: list, sampling_rate: int, labels: list[str] | None = None,
+               notes: list[str] = ()) -> str:
+    """THE notebook player (`_repr_html_` of a `SpeechResult`, a generation output and a voice; no IPython needed): an
+    HTML `<audio>` player per 1-D waveform, its 16-bit PCM WAV embedded in base64, with its duration and sampling rate,
+    then `notes` (the run's warnings) in words."""
+    parts = [f"<div><b>{html.escape(title)}</b>"]
+    for index, waveform in enumerate(waveforms):
+        samples = torch.as_tensor(waveform).detach().to(device="cpu", dtype=torch.float32).reshape(-1).numpy()
+        pcm = np.round(np.clip(samples, -1.0, 1.0) * 32767).astype("<i2")
+        buffer = io.BytesIO()
+        with wave.open(buffer, "wb") as file:
+            file.setparams((1, 2, int(sampling_rate), len(pcm), "NONE", "not compressed"))  # mono, 16-bit
+            file.writeframes(pcm.tobytes())
+        label = html.escape(labels[index]) + ": " if labels else ""
+        parts.append(f"<div>{label}{len(samples) / sampling_rate:.2f} s at {int(sampling_rate)} Hz<br><audio controls "
+                     f'src="data:audio/wav;base64,{base64.b64encode(buffer.getvalue()).decode()}"></audio></div>')
+    parts += [f"<div>{html.escape(note)}</div>" for note in notes]
+    return "".join(parts) + "</div>"
 
 
 VOICE_FORMAT = "higgs_audio_v3_voice"
@@ -427,6 +459,32 @@ class HiggsAudioV3Voice:
     @property
     def duration(self) -> float:
         return self.num_frames / self.frame_rate
+
+    def decode(self, model=None) -> torch.FloatTensor:
+        """The voice as audio (a 1-D float32 waveform at `sampling_rate`): its codes decoded by `model`'s codec, by
+        default the codec of the model whose `encode_reference` made it (this is what the model hears of the clip)."""
+        if model is not None:
+            codec = model._require_codec("Decoding a voice")
+        else:
+            codec = self._codec() if getattr(self, "_codec", None) is not None else None
+        if codec is None:
+            raise ValueError("This voice was not made by model.encode_reference in this session (or that model is "
+                             "gone): decode it with a model, voice.decode(model).")
+        return codec.decode_frames(self.codes[None])[0]
+
+    def _repr_html_(self) -> str:
+        """A notebook player of `decode()` (when the model that made it is known), with the transcript."""
+        notes = [f"Transcript: {self.text}" if self.text else "No transcript."]
+        known = getattr(self, "_codec", None) is not None and self._codec() is not None
+        if not known:
+            notes.append("Its audio plays once decoded with a model: voice.decode(model).")
+        title = f"Voice: {self.num_frames} codec frames ({self.duration:.2f} s)"
+        return audio_html(title, [self.decode()] if known else [], self.sampling_rate, notes=notes)
+
+    def with_codec(self, codec) -> HiggsAudioV3Voice:
+        """This voice, remembering (weakly) the codec that made it, for `decode()` and the notebook player."""
+        self._codec = weakref.ref(codec)
+        return self
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the voice to `path` (`.safetensors` or `.json`) with `atomic_output`; returns the path."""
@@ -552,6 +610,7 @@ __all__ = [
     "HiggsAudioV3Voice",
     "ReferenceClip",
     "atomic_output",
+    "audio_html",
     "check_audio_output",
     "check_length",
     "is_audio_url",

@@ -20,7 +20,7 @@ import difflib
 import math
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import TypedDict
 
@@ -35,7 +35,7 @@ from .audio_io_higgs_v3 import (REFERENCE_ADVICE, TARGET_ADVICE, VOICE_FILE_SUFF
 from .chunking_higgs_v3 import TAG_PATTERN, nothing_to_speak
 from .codec_higgs_v3 import resampled_length
 from .delay_higgs_v3 import HiggsAudioV3AudioSpec, check_codes
-from .longform_higgs_v3 import SpeechResult, synthesize_dialogue, synthesize_long
+from .longform_higgs_v3 import SpeechResult, synthesize_dialogue, synthesize_long, synthesize_stream
 
 # transformers 5.5 copies only the *direct* relative imports of the entry module when it loads remote code from a local
 # folder (5.24 and the Hub path follow them recursively), so the rest of this module's closure is imported here too.
@@ -523,13 +523,18 @@ class HiggsAudioV3Processor(ProcessorMixin):
         **options)`, reachable from a Hub repo alone (the processor's remote code carries long-form speech)."""
         return synthesize_long(model, self, text, **options)
 
+    def synthesize_stream(self, model, pieces, **options) -> Iterator[torch.FloatTensor]:
+        """Speak a text as it arrives, sentence by sentence: `longform_higgs_v3.synthesize_stream(model, self, pieces,
+        **options)` yields waveforms."""
+        return synthesize_stream(model, self, pieces, **options)
+
     def synthesize_dialogue(self, model, script, voices: dict | None = None, **options) -> SpeechResult:
         """Speak a dialogue script, each speaker with their voice: `longform_higgs_v3.synthesize_dialogue(model, self,
         script, voices, **options)`."""
         return synthesize_dialogue(model, self, script, voices, **options)
 
     def save_audio(self, waveform, path: str | os.PathLike, sampling_rate: int | None = None):
-        """Write a mono waveform to `path` (format from the extension) at `sampling_rate` (default: the codec's)."""
+        """Write a mono waveform to `path` (or a list of them to a list of paths) at `sampling_rate` (the codec's)."""
         return save_audio(waveform, path, sampling_rate=sampling_rate or self.audio_spec.sampling_rate)
 
     @staticmethod

@@ -94,6 +94,14 @@ def ensure_tiny_random(log=None) -> Path:
     return target
 
 
+def tiny_random() -> str:
+    """The folder of the tiny demo model, by name in a notebook (`higgs_v3.tiny_random()`; `--model tiny-random` on
+    the command line): random weights, so **its audio is noise**; built once on first use (`ensure_tiny_random`),
+    offline. Load it as any converted repo: `AutoModel.from_pretrained(path, trust_remote_code=True)`, and the
+    processor or `pipeline("text-to-speech", model=path, trust_remote_code=True)` likewise."""
+    return str(ensure_tiny_random())
+
+
 # ------------------------------------------------------------------------------------------------- model names
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -242,6 +250,7 @@ __all__ = [
     "load_model",
     "load_processor",
     "resolve_model",
+    "tiny_random",
     "tiny_random_dir",
     "write_tiny_random",
 ]

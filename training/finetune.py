@@ -716,10 +716,11 @@ def save_full_repo(model, processor, folder: str | os.PathLike, base: str | os.P
 
     `base`, the folder of the model that was fine-tuned: its `original_chat_template.jinja` (the original ChatML
     template the converter kept, which `higgs-v3 export --to-original` restores) and its LICENSE / NOTICE files are
-    copied along, when it has them."""
+    copied along, when it has them. A model card (`README.md`) names the base and carries its license terms."""
     import shutil
 
-    from ..conversion.repo import LICENSE_FILE_PATTERN, ORIGINAL_CHAT_TEMPLATE_FILE, check_output_folder
+    from ..conversion.repo import (LICENSE_FILE_PATTERN, ORIGINAL_CHAT_TEMPLATE_FILE, check_output_folder,
+                                   write_finetuned_model_card)
 
     folder = Path(folder)
     model.save_pretrained(str(folder))
@@ -728,6 +729,8 @@ def save_full_repo(model, processor, folder: str | os.PathLike, base: str | os.P
         for path in sorted(Path(base).iterdir()):
             if path.is_file() and (path.name == ORIGINAL_CHAT_TEMPLATE_FILE or LICENSE_FILE_PATTERN.match(path.name)):
                 shutil.copyfile(path, folder / path.name)
+    base_folder = Path(base) if base is not None and Path(base).is_dir() else None
+    write_finetuned_model_card(folder, base_folder, str(base) if base is not None else "an unnamed base model")
     check_output_folder(folder)
     return folder
 
