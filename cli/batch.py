@@ -237,11 +237,14 @@ def model_fingerprint(model) -> str:
     config = {key: value for key, value in model.config.to_diff_dict().items() if key not in ("dtype", "torch_dtype")}
     digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode())
     for name, tensor in model.state_dict().items():
-        flat = tensor.detach().reshape(-1)
-        sample = flat[:: max(1, flat.numel() // 64)][:64]
-        sample = sample.to("cpu", torch.bfloat16) if sample.is_floating_point() else sample.to("cpu")
-        digest.update(name.encode() + (sample.view(torch.int16) if sample.dtype == torch.bfloat16 else sample)
-                      .numpy().tobytes())
+        try:
+            flat = tensor.detach().reshape(-1)
+            sample = flat[:: max(1, flat.numel() // 64)][:64]
+            sample = sample.to("cpu", torch.bfloat16) if sample.is_floating_point() else sample.to("cpu")
+            values = (sample.view(torch.int16) if sample.dtype == torch.bfloat16 else sample).numpy().tobytes()
+        except (RuntimeError, TypeError, NotImplementedError):  # a tensor subclass (quantized) without these ops
+            values = f"{tuple(tensor.shape)} {tensor.dtype}".encode()
+        digest.update(name.encode() + values)
     return digest.hexdigest()[:16]
 
 
