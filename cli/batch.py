@@ -24,7 +24,8 @@ depends only on the manifest, `--seed` and the chunking (`--max-chars`), so a re
 with a given seed gets the same codes alone or in any batch, an item's audio does not depend on the batch it shared,
 the process it ran on, or the number of processes. Items are grouped `--batch-size` at a time into `generate` calls (the longform synthesis core), and each finished item is written at once, atomically
 (`audio_io_higgs_v3.atomic_output`: a temporary file, flushed to disk, then `os.replace`): its audio, then its record (`.higgs_v3_batch/<output>.json`: duration, finished
-flag, seed, chunks). An item is complete when both are there and the record matches the manifest line; a rerun skips
+flag, seed, chunks, each chunk's winning seed and number of takes: bad takes are redone as `synthesize_long` redoes them,
+`--retries` times at most). An item is complete when both are there and the record matches the manifest line; a rerun skips
 complete items, so a run that was killed or crashed is finished by running it again, and nothing is generated twice.
 
 Data parallel: under `accelerate launch` (or `torchrun`) every process reads the manifest, the pending items are listed
@@ -58,6 +59,9 @@ MANIFEST_KEYS: dict[str, str] = {
     "reference_text": "the transcript of the reference clip",
 }
 """The keys a manifest line may have."""
+
+TAKE_OPTIONS = ("retries", "seconds_per_char", "verify", "max_wer")
+"""The long-form core's options for bad takes (`synthesize_long`'s), passed through `run_batch`'s keywords."""
 
 AUDIO_SUFFIXES: tuple[str, ...] = (".wav", ".flac", ".ogg")
 """Output suffixes written as such; any other name gets `.wav` appended."""
@@ -227,7 +231,8 @@ def _voice_for(model, processor, item: BatchItem):
 def _speak_group(model, processor, group: list[BatchItem], *, batch_size: int, max_chars: int, max_seconds,
                  generate_kwargs: dict):
     """The items of `group` spoken together: their chunks go through the longform synthesis core in `generate` calls
-    of `batch_size`, each chunk with its item's voice (or its item's first chunk's) and seed `item.seed + k`.
+    of `batch_size`, each chunk with its item's voice (or its item's first chunk's) and seed `item.seed + k`; bad takes
+    redone as `synthesize_long` redoes them (`TAKE_OPTIONS` in `generate_kwargs`: the long-form core's).
     Returns `[(item, waveform, chunks)]` in group order."""
     from ..longform_higgs_v3 import DEFAULT_PAUSE_SECONDS, SpeechJob, _Synthesizer, speech_jobs
 
@@ -237,8 +242,9 @@ def _speak_group(model, processor, group: list[BatchItem], *, batch_size: int, m
         for k, job in enumerate(speech_jobs(processor, item.text, max_chars)):
             jobs.append(SpeechJob(job.text, len(jobs), voice_key=item.output, speaker=item.output,
                                   line_number=position, seed=item.seed + k))
+    takes = {name: generate_kwargs.pop(name) for name in TAKE_OPTIONS if name in generate_kwargs}
     synthesizer = _Synthesizer(model, processor, pause_seconds=DEFAULT_PAUSE_SECONDS, batch_size=batch_size, seed=0,
-                               max_seconds=max_seconds, progress=False, generate_kwargs=generate_kwargs)
+                               max_seconds=max_seconds, progress=False, generate_kwargs=generate_kwargs, **takes)
     result = synthesizer.speak(jobs, voices)
     waveforms = result.line_waveforms()  # one per item: its chunks joined with the pause, in group order
     by_item = [[chunk for chunk in result.chunks if chunk.line_number == position] for position in range(len(group))]
@@ -405,7 +411,8 @@ def _write_item(out_dir: Path, item: BatchItem, waveform, chunks, sampling_rate:
         "output": item.output, "line": item.line, **item.record_key(), "duration": round(duration, 6),
         "finished": all(chunk.finished for chunk in chunks), "chunks": len(chunks),
         "unfinished_chunks": [k for k, chunk in enumerate(chunks) if not chunk.finished],
-        "chunk_seeds": [chunk.seed for chunk in chunks], "process": rank,
+        "chunk_seeds": [chunk.seed for chunk in chunks], "chunk_attempts": [len(chunk.attempts) for chunk in chunks],
+        "failed_chunks": [k for k, chunk in enumerate(chunks) if chunk.problem is not None], "process": rank,
     }
     with atomic_output(_record_path(out_dir, item)) as temporary:
         temporary.write_text(json.dumps(record, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
@@ -453,7 +460,8 @@ def cmd_batch(args) -> int:
     if args.model == TINY_RANDOM and max_seconds is None:
         max_seconds = TINY_RANDOM_MAX_SECONDS
     summary = run_batch(model, processor, items, out_dir, batch_size=args.batch_size, max_seconds=max_seconds,
-                        state=state, progress=not args.no_progress)
+                        state=state, progress=not args.no_progress,
+                        **{name: getattr(args, name) for name in TAKE_OPTIONS if getattr(args, name, None) is not None})
     if state.is_main_process:
         print(summary.line())
     return 0

@@ -196,6 +196,7 @@ def _add_batch_parser(commands) -> None:
     batch.add_argument("--seed", type=_number("--seed", int), default=0,
                        help="base seed of the items without one (their index added, then moved past the seeds other "
                        "items' chunks use)")
+    _add_take_options(batch)
     batch.add_argument("--no-progress", action="store_true", help="no progress bars")
     batch.set_defaults(run=cmd_batch, quiet_libraries=True)
 
@@ -284,6 +285,28 @@ def _skipped_note(skipped: list[str]) -> str:
     return f"; skipped {len(names)} bad item{'s' if len(names) > 1 else ''} ({shown})"
 
 
+def _add_long_text_options(long_form) -> None:
+    """`speak`'s long-text group."""
+    # Unset long-text options take the library's defaults (`longform_higgs_v3`); the help states them.
+    long_form.add_argument("--max-seconds", type=_positive("--max-seconds"),
+                           help="limit of audio per chunk (default: the model's generation config; about 82 s for the "
+                           f"real model, {TINY_RANDOM_MAX_SECONDS} s for tiny-random)")
+    long_form.add_argument("--max-chars", type=_positive("--max-chars", int),
+                           help="largest chunk in characters, tags not counted (default 300)")
+    long_form.add_argument("--pause", type=_number("--pause", float, "zero or more", lambda number: number >= 0),
+                           help="seconds of silence between chunks (default 0.3; 0.4 between dialogue lines)")
+    _add_take_options(long_form)
+    long_form.add_argument("--batch-size", type=_positive("--batch-size", int),
+                           help="chunks generated together (default 8)")
+
+
+def _add_take_options(group) -> None:
+    """What `speak` and `batch` share: `--retries` (unset: the library's default)."""
+    group.add_argument("--retries", type=_number("--retries", int, "0 or more", lambda n: n >= 0),
+                       help="redo a bad take (ran away, or its duration per character off) at most N times (default 2; "
+                       "0: never)")
+
+
 def _add_speak_parser(commands) -> None:
     speak = commands.add_parser(
         "speak",
@@ -328,17 +351,7 @@ def _add_speak_parser(commands) -> None:
     sampling.add_argument("--min-p", type=_probability("--min-p"), help="drop codes below min-p times the most likely one")
     sampling.add_argument("--greedy", action="store_true", help="greedy decoding instead of sampling")
 
-    long_form = speak.add_argument_group("long text")
-    # Unset long-text options take the library's defaults (`longform_higgs_v3`); the help states them.
-    long_form.add_argument("--max-seconds", type=_positive("--max-seconds"),
-                           help="limit of audio per chunk (default: the model's generation config; about 82 s for the "
-                           f"real model, {TINY_RANDOM_MAX_SECONDS} s for tiny-random)")
-    long_form.add_argument("--max-chars", type=_positive("--max-chars", int),
-                           help="largest chunk in characters, tags not counted (default 300)")
-    long_form.add_argument("--pause", type=_number("--pause", float, "zero or more", lambda number: number >= 0),
-                           help="seconds of silence between chunks (default 0.3; 0.4 between dialogue lines)")
-    long_form.add_argument("--batch-size", type=_positive("--batch-size", int),
-                           help="chunks generated together (default 8)")
+    _add_long_text_options(speak.add_argument_group("long text"))
 
     output = speak.add_argument_group("output")
     output.add_argument("-o", "--output", default="speech.wav", help="audio file to write (default speech.wav)")
@@ -505,7 +518,7 @@ class SpeakRequest:
         if args.greedy:
             request.generate_kwargs["do_sample"] = False
         options = {"max_chars": args.max_chars, "pause_seconds": args.pause, "batch_size": args.batch_size,
-                   "max_seconds": args.max_seconds}
+                   "max_seconds": args.max_seconds, "retries": args.retries}
         request.longform_options = {name: value for name, value in options.items() if value is not None}
         return request
 

@@ -215,12 +215,13 @@ def test_an_item_is_written_once_each_file_through_atomic_output(tmp_path, monke
     monkeypatch.setattr(audio_io_higgs_v3, "atomic_output", spying)
     (tmp_path / RECORDS_DIR).mkdir()
     item = batch_cli.BatchItem(3, "Hi.", "a.wav", 9, None, None, None)
-    chunks = [SimpleNamespace(finished=True, seed=9)]
+    chunks = [SimpleNamespace(finished=True, seed=9 + 2**40, problem=None, attempts=[{"seed": 9}, {"seed": 9 + 2**40}])]
     duration = batch_cli._write_item(tmp_path, item, np.zeros(2400, dtype=np.float32), chunks, 24000, 0)
     assert duration == 0.1
     assert written == ["a.wav", f"{RECORDS_DIR}/a.wav.json"]
     assert soundfile.info(str(tmp_path / "a.wav")).frames == 2400
-    assert json.loads((tmp_path / RECORDS_DIR / "a.wav.json").read_text())["chunk_seeds"] == [9]
+    record = json.loads((tmp_path / RECORDS_DIR / "a.wav.json").read_text())
+    assert (record["chunk_seeds"], record["chunk_attempts"], record["failed_chunks"]) == ([9 + 2**40], [2], [])
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == [
         RECORDS_DIR, f"{RECORDS_DIR}/a.wav.json", "a.wav"]
 
@@ -255,7 +256,9 @@ def test_one_process_writes_every_item_with_its_record(one_process):
     assert [r["output"] for r in results] == outputs  # manifest order
     assert [r["seed"] for r in results] == [41, 1, 2, 7, 4, 5, 6, 8]  # explicit, else --seed 0 + index (7 is taken)
     for record in results:
-        assert record["chunks"] == 1 and record["chunk_seeds"] == [record["seed"]] and record["process"] == 0
+        assert record["chunks"] == 1 and record["process"] == 0 and 1 <= record["chunk_attempts"][0] <= 3
+        # a bad take is redone (--retries, default 2) with seed + k * 2**40; the winner is one of the takes
+        assert record["chunk_seeds"][0] in [record["seed"] + k * 2**40 for k in range(record["chunk_attempts"][0])]
         assert record["duration"] > 0 and record["finished"] is (record["unfinished_chunks"] == [])
     assert _records(out_dir) == {r["output"]: r for r in results}
     assert printed.startswith("Batch: 8 items, 8 written now (process 0: 8), 0 already complete; ")
