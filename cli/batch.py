@@ -430,8 +430,16 @@ def _progress_bar(total: int, rank: int, world: int):
 
 # ============================================================================================= the command
 def cmd_batch(args) -> int:
-    """`higgs-v3 batch` (its options: `cli/main`): read and check the manifest, load the model on this process's
-    device, run, summarize."""
+    """`higgs-v3 batch` (its options: `cli/main`): `batch_from_args`, then the summary on the main process."""
+    summary, main_process = batch_from_args(args)
+    if main_process:
+        print(summary.line())
+    return 0
+
+
+def batch_from_args(args) -> tuple[BatchSummary, bool]:
+    """Read and check the manifest, load the model on this process's device, run (`run_batch`). Returns the summary
+    and whether this is the main process (`higgs-v3 eval` synthesizes through it too)."""
     from ..delay_higgs_v3 import HiggsAudioV3AudioSpec
     from ..generation_higgs_v3 import MAX_POSITIONS
     from ..longform_higgs_v3 import rows_for_max_seconds
@@ -462,9 +470,7 @@ def cmd_batch(args) -> int:
     summary = run_batch(model, processor, items, out_dir, batch_size=args.batch_size, max_seconds=max_seconds,
                         state=state, progress=not args.no_progress,
                         **{name: getattr(args, name) for name in TAKE_OPTIONS if getattr(args, name, None) is not None})
-    if state.is_main_process:
-        print(summary.line())
-    return 0
+    return summary, state.is_main_process
 
 
 def _has_accelerator() -> bool:
@@ -481,6 +487,7 @@ __all__ = [
     "RECORDS_DIR",
     "RESULTS_FILE",
     "assign_default_seeds",
+    "batch_from_args",
     "cmd_batch",
     "read_manifest",
     "run_batch",

@@ -44,6 +44,8 @@ from pathlib import Path
 
 
 from ..conversion.original_format import ORIGINAL_CODEC_CONFIG_FILE, ORIGINAL_REPO_ID, PushError
+from ..evaluation.run import cmd_eval
+from ..evaluation.scoring import DEFAULT_ASR, DEFAULT_SPEAKER_MODEL
 from .batch import cmd_batch
 from .convert import cmd_convert
 from .models import (  # standard library only at import, as the modules above
@@ -123,6 +125,7 @@ def build_parser(convert_prog: str | None = None) -> argparse.ArgumentParser:
     _add_speak_parser(commands)
     _add_convert_parser(commands, convert_prog)
     _add_batch_parser(commands)
+    _add_eval_parser(commands)
     tiny = commands.add_parser(
         "make-tiny",
         help="write the tiny random demo model",
@@ -199,6 +202,32 @@ def _add_batch_parser(commands) -> None:
     _add_take_options(batch)
     batch.add_argument("--no-progress", action="store_true", help="no progress bars")
     batch.set_defaults(run=cmd_batch, quiet_libraries=True)
+
+
+def _add_eval_parser(commands) -> None:
+    evaluate = commands.add_parser(
+        "eval", help="speak a Seed-TTS-eval list and score it (WER, speaker similarity, runaways, RTF)",
+        description="Speak every item of a Seed-TTS-eval list (utt|prompt_text|prompt_wav|text) or a JSONL manifest "
+        "as `higgs-v3 batch` does (resumable), then score it: WER / CER with an ASR model, speaker similarity with a "
+        "speaker-verification model. Writes items.csv, summary.json and plots into --out-dir (docs/EVALUATION.md).",
+    )
+    evaluate.add_argument("list", help="a Seed-TTS-eval list (meta.lst) or a .jsonl manifest (utt, text, prompt_wav, "
+                          "prompt_text, seed)")
+    evaluate.add_argument("--out-dir", required=True, help="folder for the audio, items.csv, summary.json, plots")
+    evaluate.add_argument("--model", default=os.environ.get("HIGGS_V3_MODEL", DEFAULT_MODEL),
+                          help=f"the model to evaluate (as for speak; default: $HIGGS_V3_MODEL or {DEFAULT_MODEL})")
+    evaluate.add_argument("--asr", default=DEFAULT_ASR, help=f"ASR model: a folder or a Hub id (default {DEFAULT_ASR})")
+    evaluate.add_argument("--speaker-model", default=DEFAULT_SPEAKER_MODEL,
+                          help=f"x-vector speaker-verification model (default {DEFAULT_SPEAKER_MODEL})")
+    evaluate.add_argument("--language", default=None, help="passed to a Whisper ASR model (en, zh; default: detected)")
+    evaluate.add_argument("--device", default="auto", help="auto, cpu, cuda, mps (the model and the scorers)")
+    evaluate.add_argument("--dtype", default="auto", choices=["auto", *DTYPES])
+    evaluate.add_argument("--batch-size", type=_positive("--batch-size", int), default=8, help="items per generate call")
+    evaluate.add_argument("--max-seconds", type=_positive("--max-seconds"), default=None, help="audio limit per chunk")
+    evaluate.add_argument("--seed", type=_number("--seed", int), default=0, help="item i's seed is --seed plus i")
+    _add_take_options(evaluate)
+    evaluate.add_argument("--no-progress", action="store_true", help="no progress bars")
+    evaluate.set_defaults(run=cmd_eval, quiet_libraries=True)
 
 
 def _add_finetune_parser(commands) -> None:

@@ -75,8 +75,15 @@ MAY_IMPORT: dict[str, set[str]] = {
     },
     "cli.main": {
         "audio_io_higgs_v3", "chunking_higgs_v3", "cli.batch", "cli.convert", "cli.models", "conversion.original_format",
-        "delay_higgs_v3", "generation_higgs_v3", "longform_higgs_v3", "sampling_higgs_v3", "training.finetune",
+        "delay_higgs_v3", "evaluation.run", "evaluation.scoring", "generation_higgs_v3", "longform_higgs_v3",
+        "sampling_higgs_v3", "training.finetune",
         "testing.tiny",  # only inside the demo command `make-tiny --original`, see below
+    },
+    # The evaluation (`higgs-v3 eval`).
+    "evaluation.items": {"audio_io_higgs_v3"},
+    "evaluation.scoring": {"audio_io_higgs_v3", "codec_higgs_v3", "conversion.repo"},
+    "evaluation.run": {
+        "audio_io_higgs_v3", "cli.batch", "evaluation.items", "evaluation.scoring", "longform_higgs_v3",
     },
     # Fine-tuning.
     "training.finetune": {
@@ -92,7 +99,7 @@ MAY_IMPORT: dict[str, set[str]] = {
 # The remote code of a converted Hub repo: the modules `auto_map` names and everything they import.
 REMOTE_CODE = {module for module in MAY_IMPORT if module.endswith("_higgs_v3")}
 ENTRY_MODULES = ("configuration_higgs_v3", "modeling_higgs_v3", "processing_higgs_v3")
-SUBPACKAGES = ("cli", "conversion", "testing", "training")  # installed package only; never copied to a Hub repo
+SUBPACKAGES = ("cli", "conversion", "evaluation", "testing", "training")  # installed package only; never copied to a Hub repo
 FIXTURES = "testing.tiny"
 
 
