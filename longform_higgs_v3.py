@@ -33,7 +33,7 @@ import torch
 
 from .audio_io_higgs_v3 import MAX_REFERENCE_SECONDS, HiggsAudioV3Voice, load_reference, save_audio
 from .chunking_higgs_v3 import (
-    DEFAULT_MAX_CHARS, TAG_PATTERN, DialogueLine, check_dialogue_voices, parse_dialogue, split_text,
+    DEFAULT_MAX_CHARS, TAG_PATTERN, DialogueLine, check_dialogue_voices, normalize_text, parse_dialogue, split_text,
 )
 from .codec_higgs_v3 import resample_audio
 from .generation_higgs_v3 import MAX_NEW_TOKENS, MAX_POSITIONS
@@ -77,17 +77,20 @@ class SpeechJob:
     seed: int | None = None
 
 
-def speech_jobs(processor: ProcessorMixin, text: str, max_chars: int = DEFAULT_MAX_CHARS) -> list[SpeechJob]:
-    """The jobs of a long text: `processor.check_text`, then `split_text`."""
-    text = processor.check_text(text, "the text")
+def speech_jobs(processor: ProcessorMixin, text: str, max_chars: int = DEFAULT_MAX_CHARS,
+                normalize: str | None = None) -> list[SpeechJob]:
+    """The jobs of a long text: `processor.check_text`, `normalize_text`, then `split_text`."""
+    text = normalize_text(processor.check_text(text, "the text"), normalize)
     return [SpeechJob(chunk, index) for index, chunk in enumerate(split_text(text, max_chars))]
 
 
 def dialogue_jobs(processor: ProcessorMixin, script: str | Sequence[DialogueLine] | Sequence[tuple[str, str]],
-                  max_chars: int = DEFAULT_MAX_CHARS) -> list[SpeechJob]:
-    """The jobs of a dialogue: `parse_dialogue`, `processor.check_text` on every line, then `split_text`."""
+                  max_chars: int = DEFAULT_MAX_CHARS, normalize: str | None = None) -> list[SpeechJob]:
+    """The jobs of a dialogue: `parse_dialogue`, `processor.check_text` and `normalize_text` on every line, then
+    `split_text`."""
     lines = parse_dialogue(script)
-    texts = [processor.check_text(line.text, f"dialogue line {line.line_number}") for line in lines]
+    texts = [normalize_text(processor.check_text(line.text, f"dialogue line {line.line_number}"), normalize)
+             for line in lines]
     jobs: list[SpeechJob] = []
     for line, text in zip(lines, texts):
         jobs += [SpeechJob(chunk, len(jobs) + i, line.speaker, line.speaker, line.line_number)
@@ -474,7 +477,7 @@ def synthesize_long(
     pause_seconds: float = DEFAULT_PAUSE_SECONDS, batch_size: int = DEFAULT_BATCH_SIZE, seed: int | None = None,
     max_seconds: float | None = None, progress: bool | object = False, retries: int = DEFAULT_RETRIES,
     seconds_per_char: tuple[float, float] | None = DEFAULT_SECONDS_PER_CHAR, verify=None, max_wer: float = 0.5,
-    **generate_kwargs,
+    normalize: str | None = None, **generate_kwargs,
 ) -> SpeechResult:
     """Speak a text of any length: split with `split_text`, the chunks generated in batches (`batch_size`, 8) and joined
     with `pause_seconds` (0.3) of silence. Without `reference` (anything `resolve_voice` takes, with `reference_text`
@@ -482,8 +485,9 @@ def synthesize_long(
     from either import path; `max_chars` (300) bounds a chunk, `max_seconds` its audio (`max_new_tokens_for`); `seed`
     defaults to `draw_seed()`; `progress` is True (a tqdm bar on stderr) or a file to draw it on; `generate_kwargs`
     go to `model.generate`. A bad take (`take_problem` with `seconds_per_char`; with `verify`, an ASR pipeline, a WER
-    above `max_wer`) is redone up to `retries` times with `retry_seed`s; `ChunkResult.attempts` lists the takes."""
-    jobs = speech_jobs(processor, text, max_chars)
+    above `max_wer`) is redone up to `retries` times with `retry_seed`s; `ChunkResult.attempts` lists the takes.
+    `normalize="en"` spells out numbers, dates and currency (`normalize_text`; off by default)."""
+    jobs = speech_jobs(processor, text, max_chars, normalize)
     synthesizer = _Synthesizer(model, processor, pause_seconds=pause_seconds, batch_size=batch_size, seed=seed,
                                max_seconds=max_seconds, progress=progress, generate_kwargs=generate_kwargs,
                                retries=retries, seconds_per_char=seconds_per_char, verify=verify, max_wer=max_wer)
@@ -499,7 +503,7 @@ def synthesize_dialogue(
     pause_seconds: float = DEFAULT_DIALOGUE_PAUSE_SECONDS, batch_size: int = DEFAULT_BATCH_SIZE,
     seed: int | None = None, max_seconds: float | None = None, progress: bool | object = False,
     retries: int = DEFAULT_RETRIES, seconds_per_char: tuple[float, float] | None = DEFAULT_SECONDS_PER_CHAR,
-    verify=None, max_wer: float = 0.5, **generate_kwargs,
+    verify=None, max_wer: float = 0.5, normalize: str | None = None, **generate_kwargs,
 ) -> SpeechResult:
     r"""
     Speak a dialogue (`parse_dialogue`: `[Name] text` lines, `DialogueLine`s or `(speaker, text)` pairs), each line with
@@ -507,7 +511,7 @@ def synthesize_dialogue(
     `auto_voices` a voiceless speaker gets their first chunk's voice, else is refused (usually a typo in a name). The
     other options are `synthesize_long`'s (`pause_seconds` defaults to 0.4).
     """
-    jobs = dialogue_jobs(processor, script, max_chars)
+    jobs = dialogue_jobs(processor, script, max_chars, normalize)
     synthesizer = _Synthesizer(model, processor, pause_seconds=pause_seconds, batch_size=batch_size, seed=seed,
                                max_seconds=max_seconds, progress=progress, generate_kwargs=generate_kwargs,
                                retries=retries, seconds_per_char=seconds_per_char, verify=verify, max_wer=max_wer)

@@ -262,11 +262,17 @@ def run_batch(
     max_seconds: float | None = None,
     state=None,
     progress: bool = True,
+    normalize: str | None = None,
     **generate_kwargs,
 ) -> BatchSummary:
     """Speak every pending item of `items` into `out_dir` (see the module docstring), this process's share of them when
-    `state` (an `accelerate.PartialState`) has several processes. Returns the summary (complete on the main process:
+    `state` (an `accelerate.PartialState`) has several processes; with `normalize="en"` the texts' numbers spelled
+    out first (`normalize_text`: the records hold the spoken text). Returns the summary (complete on the main process:
     the written lists of every process)."""
+    from dataclasses import replace
+
+    from ..chunking_higgs_v3 import normalize_text
+
     from ..chunking_higgs_v3 import DEFAULT_MAX_CHARS
 
     began = time.perf_counter()
@@ -274,6 +280,7 @@ def run_batch(
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
     max_chars = max_chars or DEFAULT_MAX_CHARS
+    items = [replace(item, text=normalize_text(item.text, normalize)) for item in items]
     items = _checked_items(processor, items, max_chars)
     (out_dir / RECORDS_DIR).mkdir(parents=True, exist_ok=True)
     pending = [item for item in items if _read_record(out_dir, item) is None]
@@ -468,7 +475,7 @@ def batch_from_args(args) -> tuple[BatchSummary, bool]:
     if args.model == TINY_RANDOM and max_seconds is None:
         max_seconds = TINY_RANDOM_MAX_SECONDS
     summary = run_batch(model, processor, items, out_dir, batch_size=args.batch_size, max_seconds=max_seconds,
-                        state=state, progress=not args.no_progress,
+                        state=state, progress=not args.no_progress, normalize=getattr(args, "normalize", None),
                         **{name: getattr(args, name) for name in TAKE_OPTIONS if getattr(args, name, None) is not None})
     return summary, state.is_main_process
 

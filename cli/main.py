@@ -330,10 +330,12 @@ def _add_long_text_options(long_form) -> None:
 
 
 def _add_take_options(group) -> None:
-    """What `speak` and `batch` share: `--retries` (unset: the library's default)."""
+    """What `speak`, `batch` and `eval` share: `--retries` (unset: the library's default), `--normalize`."""
     group.add_argument("--retries", type=_number("--retries", int, "0 or more", lambda n: n >= 0),
                        help="redo a bad take (ran away, or its duration per character off) at most N times (default 2; "
                        "0: never)")
+    group.add_argument("--normalize", choices=["en"], default=None,
+                       help="spell out numbers, dates, times, currency and percentages (needs num2words; default: off)")
 
 
 def _add_speak_parser(commands) -> None:
@@ -547,7 +549,7 @@ class SpeakRequest:
         if args.greedy:
             request.generate_kwargs["do_sample"] = False
         options = {"max_chars": args.max_chars, "pause_seconds": args.pause, "batch_size": args.batch_size,
-                   "max_seconds": args.max_seconds, "retries": args.retries}
+                   "max_seconds": args.max_seconds, "retries": args.retries, "normalize": args.normalize}
         request.longform_options = {name: value for name, value in options.items() if value is not None}
         return request
 
@@ -682,7 +684,8 @@ class SpeakRequest:
         """The processor's checks of the text (every script line) and of the transcripts, before the model loads."""
         from ..longform_higgs_v3 import dialogue_jobs, speech_jobs
 
-        chunking = {name: self.longform_options[name] for name in ("max_chars",) if name in self.longform_options}
+        chunking = {name: self.longform_options[name] for name in ("max_chars", "normalize")
+                    if name in self.longform_options}
         (dialogue_jobs if self.dialogue else speech_jobs)(processor, self.text, **chunking)
         transcripts = {"the reference text": self.ref_text}
         transcripts |= {f"the transcript of the voice of {name!r}": text for name, (_, text) in self.voices.items()}

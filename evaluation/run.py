@@ -97,7 +97,7 @@ def cmd_eval(args) -> int:
     manifest = batch_manifest(items, out_dir / "manifest.jsonl")
     batch = Namespace(manifest=str(manifest), out_dir=str(out_dir / "audio"), model=args.model, device=args.device,
                       dtype=args.dtype, batch_size=args.batch_size, max_seconds=args.max_seconds, seed=args.seed,
-                      no_progress=args.no_progress, retries=args.retries)
+                      no_progress=args.no_progress, retries=args.retries, normalize=args.normalize)
     spoken, main_process = batch_from_args(batch)
     if not main_process:
         return 0

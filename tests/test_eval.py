@@ -10,7 +10,9 @@ import contextlib
 import csv
 import io
 import json
+import importlib.util
 import re
+import sys
 from pathlib import Path
 
 import jiwer
@@ -23,6 +25,9 @@ from higgs_v3.cli.main import main as cli_main
 from higgs_v3.evaluation.items import read_items
 from higgs_v3.evaluation.scoring import resolve_scorer, summarize
 from higgs_v3.longform_higgs_v3 import wer_words
+
+
+HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None  # the `bench` extra, not the `test` one
 
 
 def _clip(path: Path, seconds: float = 1.2, frequency: float = 220.0) -> Path:
@@ -141,7 +146,7 @@ def tiny_xvector(folder: Path) -> Path:
 
 
 @pytest.mark.integration
-def test_eval_end_to_end_on_tiny_models(tmp_path):
+def test_eval_end_to_end_on_tiny_models(tmp_path, monkeypatch):
     asr, speaker = tiny_whisper(tmp_path / "whisper"), tiny_xvector(tmp_path / "xvector")
     _clip(tmp_path / "p1.wav")
     _clip(tmp_path / "p2.wav", frequency=330.0)
@@ -165,13 +170,18 @@ def test_eval_end_to_end_on_tiny_models(tmp_path):
     assert summary["sim"] == pytest.approx(np.mean([float(r["sim"]) for r in rows]))
     assert summary["runaway_rate"] == sum(r["finished"] == "False" for r in rows) / 3
     assert summary["real_time_factor"] > 0 and summary["asr"] == str(asr)
-    assert sorted(Path(p).name for p in summary["plots"]) == ["duration_vs_length.png", "sim_hist.png", "wer_hist.png"]
+    plots = ["duration_vs_length.png", "sim_hist.png", "wer_hist.png"] if HAS_MATPLOTLIB else []
+    assert sorted(Path(p).name for p in summary["plots"]) == plots
     assert out.splitlines()[0].startswith("Batch: 3 items, 3 written now")
     assert re.fullmatch(r"Eval: 3 items, WER \d+\.\d\d %, SIM -?\d+\.\d\d, runaway \d+\.\d %, \d retried, RTF "
-                        r"\d+\.\d\d; items\.csv, summary\.json, 3 plots in .*\.", out.splitlines()[1])
-    # A rerun speaks nothing again (resumable) and scores the same audio the same way.
+                        r"\d+\.\d\d; items\.csv, summary\.json, (3 plots in .*|no plots \(matplotlib is not "
+                        r"installed: pip install 'higgs-v3\[bench\]'\))\.", out.splitlines()[1])
+    # A rerun speaks nothing again (resumable) and scores the same audio the same way; without matplotlib, no plots.
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
     code, out, err = _eval([str(tmp_path / "meta.lst"), *options])
     assert code == 0, err
     assert out.startswith("Batch: 3 items, 0 written now") and "RTF -;" in out
+    assert out.rstrip().endswith("no plots (matplotlib is not installed: pip install 'higgs-v3[bench]').")
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["plots"] == []
     again = list(csv.DictReader((tmp_path / "out" / "items.csv").open(encoding="utf-8")))
     assert again == rows and json.loads((tmp_path / "out" / "summary.json").read_text())["real_time_factor"] is None
