@@ -20,11 +20,13 @@ import numpy as np
 import pytest
 import soundfile
 import torch
+from transformers import LogitsProcessor, LogitsProcessorList
 
 from higgs_v3.cli.main import main as cli_main
 from higgs_v3.evaluation.items import read_items
 from higgs_v3.evaluation.scoring import resolve_scorer, summarize
 from higgs_v3.longform_higgs_v3 import wer_words
+from oracles import EOC, NUM_CODEBOOKS
 
 
 HAS_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None  # the `bench` extra, not the `test` one
@@ -185,3 +187,45 @@ def test_eval_end_to_end_on_tiny_models(tmp_path, monkeypatch):
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["plots"] == []
     again = list(csv.DictReader((tmp_path / "out" / "items.csv").open(encoding="utf-8")))
     assert again == rows and json.loads((tmp_path / "out" / "summary.json").read_text())["real_time_factor"] is None
+
+
+class EndAt(LogitsProcessor):
+    """Every row ends after exactly `frames` frames (EOC forced on codebook 0 from that step, forbidden before)."""
+
+    def __init__(self, frames: int):
+        self.frames, self.prompt_length = frames, None
+
+    def __call__(self, input_ids, scores):
+        self.prompt_length = self.prompt_length or input_ids.shape[1]
+        rows = torch.arange(0, scores.shape[0], NUM_CODEBOOKS)
+        scores[rows, EOC] = -float("inf")
+        if input_ids.shape[1] - self.prompt_length >= self.frames:
+            scores[rows] = -float("inf")
+            scores[rows, EOC] = 0.0
+        return scores
+
+
+@pytest.mark.integration
+def test_verify_with_a_transformers_asr_pipeline(tmp_path, tokenizer):
+    """`verify=` with a real `pipeline("automatic-speech-recognition")` (the tiny random Whisper): every take is
+    transcribed, its WER recorded; above `max_wer` it is redone, and the kept take's WER is the pipeline's."""
+    from transformers import pipeline
+
+    from higgs_v3.codec_higgs_v3 import resample_audio
+    from higgs_v3.longform_higgs_v3 import synthesize_long, word_error_rate
+    from higgs_v3.processing_higgs_v3 import HiggsAudioV3Processor
+    from higgs_v3.testing.tiny import tiny_codec_config
+    from conftest import tiny_model
+
+    asr = pipeline("automatic-speech-recognition", model=str(tiny_whisper(tmp_path / "whisper")), device="cpu")
+    model = tiny_model(codec_config=tiny_codec_config())
+    processor = HiggsAudioV3Processor.from_model_config(tokenizer, model.config)
+    text = "Alpha beta gamma."
+    result = synthesize_long(model, processor, text, seed=2, max_seconds=1.0, verify=asr, max_wer=0.0,
+                             seconds_per_char=None, logits_processor=LogitsProcessorList([EndAt(6)]))
+    (chunk,) = result.chunks
+    heard = asr({"raw": resample_audio(chunk.waveform, 24000, 16000).numpy(), "sampling_rate": 16000})["text"]
+    assert chunk.wer == word_error_rate(text, heard) and chunk.finished
+    assert [a["seed"] for a in chunk.attempts] == [2, 2 + 2**40, 2 + 2 * 2**40]  # the random ASR never agrees
+    assert all(a["problem"] == f"WER {a['wer']:.2f} above 0" for a in chunk.attempts) and result.failed_chunks == [0]
+    assert chunk.wer == min(a["wer"] for a in chunk.attempts)  # the best take is kept
