@@ -459,6 +459,10 @@ def batch_from_args(args) -> tuple[BatchSummary, bool]:
     out_dir = Path(args.out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise ValueError(f"--out-dir {args.out_dir!r} is a file; give a folder.")
+    if getattr(args, "verify", None):  # found (or named as missing) before the model loads
+        from ..evaluation.scoring import resolve_scorer
+
+        resolve_scorer(args.verify, "ASR model", "--verify")
 
     from accelerate import PartialState
 
@@ -476,8 +480,19 @@ def batch_from_args(args) -> tuple[BatchSummary, bool]:
         max_seconds = TINY_RANDOM_MAX_SECONDS
     summary = run_batch(model, processor, items, out_dir, batch_size=args.batch_size, max_seconds=max_seconds,
                         state=state, progress=not args.no_progress, normalize=getattr(args, "normalize", None),
-                        **{name: getattr(args, name) for name in TAKE_OPTIONS if getattr(args, name, None) is not None})
+                        **_take_options(args, model))
     return summary, state.is_main_process
+
+
+def _take_options(args, model) -> dict:
+    """`run_batch`'s options for bad takes from the command's: `--retries`, and `--verify`'s ASR pipeline (loaded on
+    the model's device) with `--max-wer`."""
+    options = {name: getattr(args, name) for name in ("retries", "max_wer") if getattr(args, name, None) is not None}
+    if getattr(args, "verify", None):
+        from ..evaluation.scoring import load_asr
+
+        options["verify"] = load_asr(args.verify, str(model.device))
+    return options
 
 
 def _has_accelerator() -> bool:

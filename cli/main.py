@@ -200,6 +200,7 @@ def _add_batch_parser(commands) -> None:
                        help="base seed of the items without one (their index added, then moved past the seeds other "
                        "items' chunks use)")
     _add_take_options(batch)
+    _add_verify_options(batch)
     batch.add_argument("--no-progress", action="store_true", help="no progress bars")
     batch.set_defaults(run=cmd_batch, quiet_libraries=True)
 
@@ -325,6 +326,7 @@ def _add_long_text_options(long_form) -> None:
     long_form.add_argument("--pause", type=_number("--pause", float, "zero or more", lambda number: number >= 0),
                            help="seconds of silence between chunks (default 0.3; 0.4 between dialogue lines)")
     _add_take_options(long_form)
+    _add_verify_options(long_form)
     long_form.add_argument("--batch-size", type=_positive("--batch-size", int),
                            help="chunks generated together (default 8)")
 
@@ -336,6 +338,15 @@ def _add_take_options(group) -> None:
                        "0: never)")
     group.add_argument("--normalize", choices=["en"], default=None,
                        help="spell out numbers, dates, times, currency and percentages (needs num2words; default: off)")
+
+
+def _add_verify_options(group) -> None:
+    """`speak` and `batch`: every take checked by ear (`verify=`)."""
+    group.add_argument("--verify", metavar="ASR", default=None,
+                       help="transcribe each take with this ASR model (a folder or a Hub id, e.g. "
+                       "openai/whisper-large-v3) and redo it when its WER is above --max-wer (needs jiwer)")
+    group.add_argument("--max-wer", type=_number("--max-wer", float, "0 or more", lambda n: n >= 0), default=0.5,
+                       help="with --verify: the highest WER a take may have (default 0.5)")
 
 
 def _add_speak_parser(commands) -> None:
@@ -537,6 +548,8 @@ class SpeakRequest:
     generate_kwargs: dict = field(default_factory=dict)  # the sampling options given
     longform_options: dict = field(default_factory=dict)  # max_chars, pause_seconds, batch_size, max_seconds given
     voices: dict = field(default_factory=dict)  # dialogue: speaker -> (clip or voice file, transcript), by validate()
+    verify: str | None = None  # --verify: the ASR model that checks every take
+    max_wer: float = 0.5
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> SpeakRequest:
@@ -573,6 +586,10 @@ class SpeakRequest:
         if self.save_voice:
             _check_output(self.save_voice, "the voice file", VOICE_FILE_SUFFIXES)
         self._check_max_seconds()
+        if self.verify:  # found (or named as missing) before the model loads
+            from ..evaluation.scoring import resolve_scorer
+
+            resolve_scorer(self.verify, "ASR model", "--verify")
         if self.dialogue:
             from ..chunking_higgs_v3 import check_dialogue_voices, parse_dialogue
 
@@ -699,6 +716,10 @@ class SpeakRequest:
         from .. import longform_higgs_v3 as longform
 
         options = {**self.longform_options, **self.generate_kwargs, "seed": self.seed, "progress": self.progress}
+        if self.verify:
+            from ..evaluation.scoring import load_asr
+
+            options |= {"verify": load_asr(self.verify, str(model.device)), "max_wer": self.max_wer}
         if self.dialogue:
             return longform.synthesize_dialogue(model, processor, self.text, self.voices, auto_voices=self.auto_voices,
                                                 **options)

@@ -70,8 +70,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     },
     "cli.convert": {"conversion.export", "conversion.original_format", "conversion.repo", "convert_checkpoint"},
     "cli.batch": {
-        "audio_io_higgs_v3", "chunking_higgs_v3", "cli.models", "delay_higgs_v3", "generation_higgs_v3",
-        "longform_higgs_v3", "sampling_higgs_v3",
+        "audio_io_higgs_v3", "chunking_higgs_v3", "cli.models", "delay_higgs_v3", "evaluation.scoring",
+        "generation_higgs_v3", "longform_higgs_v3", "sampling_higgs_v3",
     },
     "cli.main": {
         "audio_io_higgs_v3", "chunking_higgs_v3", "cli.batch", "cli.convert", "cli.models", "conversion.original_format",

@@ -84,19 +84,35 @@ def test_summary_arithmetic():
                        "asr": "a"}
 
 
-def test_a_scorer_missing_offline_is_named(tmp_path, monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+@pytest.fixture
+def offline_empty_cache(tmp_path, monkeypatch):
     from huggingface_hub import constants
 
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+
+
+def test_a_scorer_missing_offline_is_named(tmp_path, offline_empty_cache):
     with pytest.raises(ValueError, match=re.escape(
             "Cannot load the ASR model 'openai/whisper-large-v3' (--asr): HF_HUB_OFFLINE is set, and it is not in the "
             "local Hugging Face cache. Download it once (`hf download openai/whisper-large-v3`) or give a local folder "
             "with --asr.")):
         resolve_scorer("openai/whisper-large-v3", "ASR model", "--asr")
     assert resolve_scorer(str(tmp_path), "ASR model", "--asr") == str(tmp_path)
+
+
+def test_speak_and_batch_name_a_missing_verify_model_before_loading_theirs(tmp_path, offline_empty_cache):
+    (tmp_path / "m.jsonl").write_text(json.dumps({"text": "Hi.", "output": "a"}) + "\n", encoding="utf-8")
+    message = ("higgs-v3: error: Cannot load the ASR model 'openai/whisper-tiny' (--verify): HF_HUB_OFFLINE is set, and "
+               "it is not in the local Hugging Face cache.")
+    for argv in (["speak", "Hello.", "-o", str(tmp_path / "a.wav")], ["batch", str(tmp_path / "m.jsonl"), "--out-dir",
+                                                                      str(tmp_path / "out")]):
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = cli_main([*argv, "--model", "no/such-model", "--verify", "openai/whisper-tiny", "--max-wer", "0.3"])
+        assert code == 2 and err.getvalue().startswith(message), err.getvalue()
 
 
 # ------------------------------------------------------------------------------------------------ end to end
@@ -229,3 +245,27 @@ def test_verify_with_a_transformers_asr_pipeline(tmp_path, tokenizer):
     assert [a["seed"] for a in chunk.attempts] == [2, 2 + 2**40, 2 + 2 * 2**40]  # the random ASR never agrees
     assert all(a["problem"] == f"WER {a['wer']:.2f} above 0" for a in chunk.attempts) and result.failed_chunks == [0]
     assert chunk.wer == min(a["wer"] for a in chunk.attempts)  # the best take is kept
+
+
+def test_speak_and_batch_pass_the_verify_pipeline_to_the_long_form_core(monkeypatch):
+    """`--verify ASR --max-wer W`: the pipeline `load_asr` builds on the model's device, with `max_wer`, reaches
+    `synthesize_long` (speak) and `run_batch` (batch); without it, neither is passed."""
+    from types import SimpleNamespace
+
+    from higgs_v3 import longform_higgs_v3
+    from higgs_v3.cli import batch as batch_cli
+    from higgs_v3.cli.main import SpeakRequest, build_parser
+    from higgs_v3.evaluation import scoring
+
+    monkeypatch.setattr(scoring, "load_asr", lambda name, device: ("pipeline", name, device))
+    seen = {}
+    monkeypatch.setattr(longform_higgs_v3, "synthesize_long", lambda model, processor, text, **options: seen.update(
+        options))
+    model = SimpleNamespace(device="cpu")
+    request = SpeakRequest.from_args(build_parser().parse_args(["speak", "Hi.", "--verify", "asr", "--max-wer", "0.3"]))
+    request.synthesize(model, None)
+    assert seen["verify"] == ("pipeline", "asr", "cpu") and seen["max_wer"] == 0.3
+    args = build_parser().parse_args(["batch", "m.jsonl", "--out-dir", "o", "--verify", "asr", "--retries", "1"])
+    assert batch_cli._take_options(args, model) == {"retries": 1, "max_wer": 0.5, "verify": ("pipeline", "asr", "cpu")}
+    args = build_parser().parse_args(["batch", "m.jsonl", "--out-dir", "o"])
+    assert batch_cli._take_options(args, model) == {"max_wer": 0.5}
