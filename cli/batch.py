@@ -242,7 +242,8 @@ def _speak_group(model, processor, group: list[BatchItem], *, batch_size: int, m
         for k, job in enumerate(speech_jobs(processor, item.text, max_chars)):
             jobs.append(SpeechJob(job.text, len(jobs), voice_key=item.output, speaker=item.output,
                                   line_number=position, seed=item.seed + k))
-    takes = {name: generate_kwargs.pop(name) for name in TAKE_OPTIONS if name in generate_kwargs}
+    takes = {name: generate_kwargs[name] for name in TAKE_OPTIONS if name in generate_kwargs}
+    generate_kwargs = {name: value for name, value in generate_kwargs.items() if name not in TAKE_OPTIONS}
     synthesizer = _Synthesizer(model, processor, pause_seconds=DEFAULT_PAUSE_SECONDS, batch_size=batch_size, seed=0,
                                max_seconds=max_seconds, progress=False, generate_kwargs=generate_kwargs, **takes)
     result = synthesizer.speak(jobs, voices)
@@ -485,9 +486,14 @@ def batch_from_args(args) -> tuple[BatchSummary, bool]:
 
 
 def _take_options(args, model) -> dict:
-    """`run_batch`'s options for bad takes from the command's: `--retries`, and `--verify`'s ASR pipeline (loaded on
-    the model's device) with `--max-wer`."""
+    """`run_batch`'s options for bad takes from the command's: `--retries` (unset: the library's default, or
+    `TINY_RANDOM_RETRIES` for the demo model), and `--verify`'s ASR pipeline (loaded on the model's device) with
+    `--max-wer`."""
+    from .models import TINY_RANDOM, TINY_RANDOM_RETRIES
+
     options = {name: getattr(args, name) for name in ("retries", "max_wer") if getattr(args, name, None) is not None}
+    if getattr(args, "retries", None) is None and args.model == TINY_RANDOM:
+        options["retries"] = TINY_RANDOM_RETRIES
     if getattr(args, "verify", None):
         from ..evaluation.scoring import load_asr
 

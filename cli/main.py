@@ -52,6 +52,7 @@ from .models import (  # standard library only at import, as the modules above
     DEFAULT_MODEL,
     TINY_RANDOM,
     TINY_RANDOM_MAX_SECONDS,
+    TINY_RANDOM_RETRIES,
     load_model,
     load_processor,
     resolve_model,
@@ -335,7 +336,7 @@ def _add_take_options(group) -> None:
     """What `speak`, `batch` and `eval` share: `--retries` (unset: the library's default), `--normalize`."""
     group.add_argument("--retries", type=_number("--retries", int, "0 or more", lambda n: n >= 0),
                        help="redo a bad take (ran away, or its duration per character off) at most N times (default 2; "
-                       "0: never)")
+                       f"0: never; {TINY_RANDOM_RETRIES} for {TINY_RANDOM})")
     group.add_argument("--normalize", choices=["en"], default=None,
                        help="spell out numbers, dates, times, currency and percentages (needs num2words; default: off)")
 
@@ -563,6 +564,8 @@ class SpeakRequest:
             request.generate_kwargs["do_sample"] = False
         options = {"max_chars": args.max_chars, "pause_seconds": args.pause, "batch_size": args.batch_size,
                    "max_seconds": args.max_seconds, "retries": args.retries, "normalize": args.normalize}
+        if args.retries is None and args.model == TINY_RANDOM:
+            options["retries"] = TINY_RANDOM_RETRIES
         request.longform_options = {name: value for name, value in options.items() if value is not None}
         return request
 

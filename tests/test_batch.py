@@ -256,9 +256,8 @@ def test_one_process_writes_every_item_with_its_record(one_process):
     assert [r["output"] for r in results] == outputs  # manifest order
     assert [r["seed"] for r in results] == [41, 1, 2, 7, 4, 5, 6, 8]  # explicit, else --seed 0 + index (7 is taken)
     for record in results:
-        assert record["chunks"] == 1 and record["process"] == 0 and 1 <= record["chunk_attempts"][0] <= 3
-        # a bad take is redone (--retries, default 2) with seed + k * 2**40; the winner is one of the takes
-        assert record["chunk_seeds"][0] in [record["seed"] + k * 2**40 for k in range(record["chunk_attempts"][0])]
+        assert record["chunks"] == 1 and record["chunk_seeds"] == [record["seed"]] and record["process"] == 0
+        assert record["chunk_attempts"] == [1]  # tiny-random's takes are not redone unless --retries asks
         assert record["duration"] > 0 and record["finished"] is (record["unfinished_chunks"] == [])
     assert _records(out_dir) == {r["output"]: r for r in results}
     assert printed.startswith("Batch: 8 items, 8 written now (process 0: 8), 0 already complete; ")

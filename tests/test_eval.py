@@ -249,7 +249,8 @@ def test_verify_with_a_transformers_asr_pipeline(tmp_path, tokenizer):
 
 def test_speak_and_batch_pass_the_verify_pipeline_to_the_long_form_core(monkeypatch):
     """`--verify ASR --max-wer W`: the pipeline `load_asr` builds on the model's device, with `max_wer`, reaches
-    `synthesize_long` (speak) and `run_batch` (batch); without it, neither is passed."""
+    `synthesize_long` (speak) and `run_batch` (batch); without it, none. `--retries` unset: the library's default,
+    0 for the random demo model."""
     from types import SimpleNamespace
 
     from higgs_v3 import longform_higgs_v3
@@ -267,5 +268,12 @@ def test_speak_and_batch_pass_the_verify_pipeline_to_the_long_form_core(monkeypa
     assert seen["verify"] == ("pipeline", "asr", "cpu") and seen["max_wer"] == 0.3
     args = build_parser().parse_args(["batch", "m.jsonl", "--out-dir", "o", "--verify", "asr", "--retries", "1"])
     assert batch_cli._take_options(args, model) == {"retries": 1, "max_wer": 0.5, "verify": ("pipeline", "asr", "cpu")}
-    args = build_parser().parse_args(["batch", "m.jsonl", "--out-dir", "o"])
+    args = build_parser().parse_args(["batch", "m.jsonl", "--out-dir", "o", "--model", "a/b"])
     assert batch_cli._take_options(args, model) == {"max_wer": 0.5}
+    # the random demo model's takes are not redone unless asked (TINY_RANDOM_RETRIES)
+    args = build_parser().parse_args(["batch", "m.jsonl", "--out-dir", "o", "--model", "tiny-random"])
+    assert batch_cli._take_options(args, model) == {"max_wer": 0.5, "retries": 0}
+    for argv, retries in ((["--model", "tiny-random"], 0), (["--model", "tiny-random", "--retries", "2"], 2),
+                          (["--model", "a/b"], None)):
+        request = SpeakRequest.from_args(build_parser().parse_args(["speak", "Hi.", *argv]))
+        assert request.longform_options.get("retries") == retries
