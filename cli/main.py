@@ -850,7 +850,8 @@ def cmd_speak(args) -> int:
 
 
 def summary_line(output: str, result, seed: int, config) -> str:
-    """`Wrote OUT: D s of audio (N chunks, seed S) in G s, RTF R; <which chunks hit the limit>.`"""
+    """`Wrote OUT: D s of audio (N chunks, seed S) in G s, RTF R; <which chunks hit the limit>[; <which were
+    redone>].`"""
     chunks = len(result.chunks)
     spec = config.audio_spec
     limit_seconds = spec.seconds(spec.frames(result.max_new_tokens))
@@ -859,6 +860,8 @@ def summary_line(output: str, result, seed: int, config) -> str:
         limit = f"{len(hit)} of {chunks} chunk{'s' if chunks > 1 else ''} hit the {limit_seconds:g} s limit: " + ", ".join(map(str, hit))
     else:
         limit = f"no chunk hit the {limit_seconds:g} s limit"
+    if redone := [i + 1 for i, chunk in enumerate(result.chunks) if len(chunk.attempts) > 1]:
+        limit += f"; {len(redone)} redone with another seed: " + ", ".join(map(str, redone))
     return (
         f"Wrote {output}: {result.duration:.2f} s of audio ({chunks} chunk{'s' if chunks != 1 else ''}, seed {seed}) "
         f"in {result.generation_seconds:.2f} s, RTF {result.real_time_factor:.2f}; {limit}."

@@ -324,3 +324,27 @@ def test_two_processes_killed_mid_way_then_resumed_give_the_one_process_audio(on
         assert (out_dir / name).read_bytes() == (reference_dir / name).read_bytes(), name
         assert {k: v for k, v in records[name].items() if k != "process"} == {
             k: v for k, v in _records(reference_dir)[name].items() if k != "process"}
+
+
+def test_the_take_options_reach_every_group_of_a_run(processor, monkeypatch):
+    """`run_batch(..., retries=0)` speaks its items in groups: each group's synthesizer gets the take options (not
+    only the first's), and `generate` gets none of them."""
+    from higgs_v3 import longform_higgs_v3
+
+    built = []
+
+    class Synthesizer:
+        def __init__(self, model, processor, **options):
+            built.append(options)
+
+        def speak(self, jobs, voices):
+            return SimpleNamespace(line_waveforms=lambda: [(None, None)] * len(voices), chunks=[])
+
+    monkeypatch.setattr(longform_higgs_v3, "_Synthesizer", Synthesizer)
+    options = {"retries": 0, "max_wer": 0.2, "temperature": 0.9}
+    items = [batch_cli.BatchItem(i + 1, "Hi.", f"{i}.wav", i) for i in range(2)]
+    for item in items:  # one group each
+        batch_cli._speak_group(None, processor, [item], batch_size=1, max_chars=300, max_seconds=None,
+                               generate_kwargs=options)
+    assert options == {"retries": 0, "max_wer": 0.2, "temperature": 0.9}
+    assert [(o["retries"], o["max_wer"], o["generate_kwargs"]) for o in built] == [(0, 0.2, {"temperature": 0.9})] * 2

@@ -277,3 +277,17 @@ def test_speak_and_batch_pass_the_verify_pipeline_to_the_long_form_core(monkeypa
                           (["--model", "a/b"], None)):
         request = SpeakRequest.from_args(build_parser().parse_args(["speak", "Hi.", *argv]))
         assert request.longform_options.get("retries") == retries
+
+
+def test_the_speak_summary_names_the_chunks_redone():
+    from types import SimpleNamespace
+
+    from higgs_v3.cli.main import summary_line
+    from higgs_v3.delay_higgs_v3 import HiggsAudioV3AudioSpec
+
+    chunks = [SimpleNamespace(attempts=[{}]), SimpleNamespace(attempts=[{}, {}, {}]), SimpleNamespace(attempts=[{}, {}])]
+    result = SimpleNamespace(chunks=chunks, unfinished_chunks=[1], max_new_tokens=32, duration=2.5,
+                             generation_seconds=1.0, real_time_factor=0.5)
+    line = summary_line("a.wav", result, 7, SimpleNamespace(audio_spec=HiggsAudioV3AudioSpec()))
+    assert line == ("Wrote a.wav: 2.50 s of audio (3 chunks, seed 7) in 1.00 s, RTF 0.50; 1 of 3 chunks hit the 1 s "
+                    "limit: 2; 2 redone with another seed: 2, 3.")
