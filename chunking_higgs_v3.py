@@ -296,7 +296,7 @@ def _spelled(match: re.Match, words) -> str:
         return _money(found["currency"], found["amount"], found["scale"], words)
     if found["hours"]:
         hours, minutes = int(found["hours"]), int(found["minutes"])
-        said = words(hours) + ("" if minutes == 0 else f" oh {words(minutes)}" if minutes < 10 else f" {words(minutes)}")
+        said = words(hours) + ("" if minutes == 0 else f" {'oh ' if minutes < 10 else ''}{words(minutes)}")
         meridiem = f" {found['meridiem'].upper()}M" if found["meridiem"] else " o'clock" if minutes == 0 else ""
         return said + meridiem
     if found["ordinal"]:

@@ -24,9 +24,10 @@ depends only on the manifest, `--seed` and the chunking (`--max-chars`), so a re
 with a given seed gets the same codes alone or in any batch, an item's audio does not depend on the batch it shared,
 the process it ran on, or the number of processes. Items are grouped `--batch-size` at a time into `generate` calls (the longform synthesis core), and each finished item is written at once, atomically
 (`audio_io_higgs_v3.atomic_output`: a temporary file, flushed to disk, then `os.replace`): its audio, then its record (`.higgs_v3_batch/<output>.json`: duration, finished
-flag, seed, chunks, each chunk's winning seed and number of takes: bad takes are redone as `synthesize_long` redoes them,
-`--retries` times at most). An item is complete when both are there and the record matches the manifest line; a rerun skips
-complete items, so a run that was killed or crashed is finished by running it again, and nothing is generated twice.
+flag, seed, chunks, each chunk's kept seed and number of takes: bad takes are redone as `synthesize_long` redoes
+them, `--retries` times at most). An item is complete when both are there and the record matches the manifest line; a
+rerun skips complete items, so a run that was killed or crashed is finished by running it again, and nothing is
+generated twice.
 
 Data parallel: under `accelerate launch` (or `torchrun`) every process reads the manifest, the pending items are listed
 before any process writes, and `PartialState.split_between_processes` gives each process its share. Each process shows

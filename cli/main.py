@@ -224,7 +224,8 @@ def _add_eval_parser(commands) -> None:
     evaluate.add_argument("--language", default=None, help="passed to a Whisper ASR model (en, zh; default: detected)")
     evaluate.add_argument("--device", default="auto", help="auto, cpu, cuda, mps (the model and the scorers)")
     evaluate.add_argument("--dtype", default="auto", choices=["auto", *DTYPES])
-    evaluate.add_argument("--batch-size", type=_positive("--batch-size", int), default=8, help="items per generate call")
+    evaluate.add_argument("--batch-size", type=_positive("--batch-size", int), default=8,
+                          help="items per generate call")
     evaluate.add_argument("--max-seconds", type=_positive("--max-seconds"), default=None, help="audio limit per chunk")
     evaluate.add_argument("--seed", type=_number("--seed", int), default=0, help="item i's seed is --seed plus i")
     _add_take_options(evaluate)

@@ -66,7 +66,8 @@ def read_items(path: str | os.PathLike) -> list[EvalItem]:
             except json.JSONDecodeError as error:
                 raise ValueError(f"{where} is not valid JSON ({error.msg}).") from None
             if not isinstance(fields, dict) or set(fields) - set(JSONL_KEYS):
-                raise ValueError(f"{where} must be a JSON object with the keys {', '.join(JSONL_KEYS)}; got {raw[:80]!r}.")
+                raise ValueError(f"{where} must be a JSON object with the keys {', '.join(JSONL_KEYS)}; got "
+                                 f"{raw[:80]!r}.")
         else:
             parts = raw.split("|")
             if len(parts) not in (4, 5):

@@ -36,8 +36,8 @@ MAY_IMPORT: dict[str, set[str]] = {
         "generation_higgs_v3", "sampling_higgs_v3", "streaming_higgs_v3",
     },
     "longform_higgs_v3": {
-        "audio_io_higgs_v3", "chunking_higgs_v3", "codec_higgs_v3", "delay_higgs_v3", "generation_higgs_v3", "sampling_higgs_v3",
-        "streaming_higgs_v3",
+        "audio_io_higgs_v3", "chunking_higgs_v3", "codec_higgs_v3", "delay_higgs_v3", "generation_higgs_v3",
+        "sampling_higgs_v3", "streaming_higgs_v3",
     },
     "processing_higgs_v3": {
         "audio_io_higgs_v3", "chunking_higgs_v3", "codec_higgs_v3", "delay_higgs_v3", "generation_higgs_v3",
@@ -99,7 +99,8 @@ MAY_IMPORT: dict[str, set[str]] = {
 # The remote code of a converted Hub repo: the modules `auto_map` names and everything they import.
 REMOTE_CODE = {module for module in MAY_IMPORT if module.endswith("_higgs_v3")}
 ENTRY_MODULES = ("configuration_higgs_v3", "modeling_higgs_v3", "processing_higgs_v3")
-SUBPACKAGES = ("cli", "conversion", "evaluation", "testing", "training")  # installed package only; never copied to a Hub repo
+# installed package only; never copied to a Hub repo
+SUBPACKAGES = ("cli", "conversion", "evaluation", "testing", "training")
 FIXTURES = "testing.tiny"
 
 

@@ -105,8 +105,8 @@ def test_a_scorer_missing_offline_is_named(tmp_path, offline_empty_cache):
 
 def test_speak_and_batch_name_a_missing_verify_model_before_loading_theirs(tmp_path, offline_empty_cache):
     (tmp_path / "m.jsonl").write_text(json.dumps({"text": "Hi.", "output": "a"}) + "\n", encoding="utf-8")
-    message = ("higgs-v3: error: Cannot load the ASR model 'openai/whisper-tiny' (--verify): HF_HUB_OFFLINE is set, and "
-               "it is not in the local Hugging Face cache.")
+    message = ("higgs-v3: error: Cannot load the ASR model 'openai/whisper-tiny' (--verify): HF_HUB_OFFLINE is set, "
+               "and it is not in the local Hugging Face cache.")
     for argv in (["speak", "Hello.", "-o", str(tmp_path / "a.wav")], ["batch", str(tmp_path / "m.jsonl"), "--out-dir",
                                                                       str(tmp_path / "out")]):
         out, err = io.StringIO(), io.StringIO()
@@ -285,7 +285,7 @@ def test_the_speak_summary_names_the_chunks_redone():
     from higgs_v3.cli.main import summary_line
     from higgs_v3.delay_higgs_v3 import HiggsAudioV3AudioSpec
 
-    chunks = [SimpleNamespace(attempts=[{}]), SimpleNamespace(attempts=[{}, {}, {}]), SimpleNamespace(attempts=[{}, {}])]
+    chunks = [SimpleNamespace(attempts=[{}] * takes) for takes in (1, 3, 2)]
     result = SimpleNamespace(chunks=chunks, unfinished_chunks=[1], max_new_tokens=32, duration=2.5,
                              generation_seconds=1.0, real_time_factor=0.5)
     line = summary_line("a.wav", result, 7, SimpleNamespace(audio_spec=HiggsAudioV3AudioSpec()))

@@ -35,7 +35,8 @@ CASES = [
     ("At 10:30 pm", "At ten thirty PM"),
     ("at 9:00, then 7:05 a.m.", "at nine o'clock, then seven oh five AM"),
     # currency
-    ("It costs $1,234.56 today.", "It costs one thousand, two hundred and thirty-four dollars and fifty-six cents today."),
+    ("It costs $1,234.56 today.",
+     "It costs one thousand, two hundred and thirty-four dollars and fifty-six cents today."),
     ("$1, $0.50, £3.01, €2", "one dollar, fifty cents, three pounds and one penny, two euros"),
     ("$2.5 million", "two point five million dollars"),
     # percentages
