@@ -60,7 +60,7 @@ DEFAULT_BATCH_SIZE = 8
 DEFAULT_RETRIES = 2
 DEFAULT_SECONDS_PER_CHAR = (0.02, 0.25)
 """A take that ended is too short below 0.02 s per character (50 per second: words skipped) and too long above 0.25 s
-per character plus one second (4 per second: babble); normal speech is ~0.07 s per letter. A CJK character, kana or
+per character plus one second, and one per control tag (4 per second: babble); normal speech is ~0.07 s per letter. A CJK character, kana or
 hangul syllable counts as 3 characters (`spoken_characters`)."""
 
 
@@ -406,12 +406,13 @@ _WIDE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900
 def take_problem(finished: bool, seconds: float, text: str,
                  seconds_per_char: tuple[float, float] | None = DEFAULT_SECONDS_PER_CHAR) -> str | None:
     """Why a take of `text` lasting `seconds` is bad, or None: it ran to the limit (`finished` False), or it ended
-    below `low * n` seconds or above `high * n + 1` (`seconds_per_char = (low, high)`, n: `spoken_characters`)."""
+    below `low * n` seconds or above `high * n + 1 + t` (`seconds_per_char = (low, high)`, n: `spoken_characters`, t:
+    its control tags, a second each for a sound or a pause)."""
     if not finished:
         return "ran to the length limit without its end of speech"
     if seconds_per_char is not None:
         (low, high), count = seconds_per_char, spoken_characters(text)
-        if seconds < low * count or seconds > high * count + 1.0:
+        if seconds < low * count or seconds > high * count + 1.0 + len(TAG_PATTERN.findall(text)):
             return (f"{seconds:.2f} s for {count} characters is outside [{low:g}, {high:g}] s per character "
                     "(seconds_per_char)")
     return None

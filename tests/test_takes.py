@@ -117,8 +117,11 @@ def test_only_the_bad_rows_of_a_batch_are_redone_and_every_failure_is_kept(tts, 
     (True, 0.38, "Hello there, how are you?", None),
     (True, 0.37, "Hello there, how are you?", "0.37 s for 19 characters is outside [0.02, 0.25] s per character"),
     (True, 5.76, "Hello there, how are you?", "5.76 s for 19 characters is outside [0.02, 0.25] s per character"),
-    (True, 0.9, "<|emotion:happy|>你好世界", None),  # tags do not count; 4 CJK characters count 12: 0.24 .. 4.0 s
-    (True, 4.1, "<|emotion:happy|>你好世界", "4.10 s for 12 characters is outside [0.02, 0.25] s per character"),
+    (True, 0.9, "<|emotion:happy|>你好世界", None),  # a tag adds 1 s; 4 CJK characters count 12: 0.24 .. 5.0 s
+    (True, 5.0, "<|emotion:happy|>你好世界", None),
+    (True, 5.01, "<|emotion:happy|>你好世界", "5.01 s for 12 characters is outside [0.02, 0.25] s per character"),
+    (True, 2.5, "<|sfx:laughter|><|sfx:laughter|>", None),  # nothing to say: at most 1 + 2 s
+    (True, 3.1, "<|sfx:laughter|><|sfx:laughter|>", "3.10 s for 0 characters is outside [0.02, 0.25] s per character"),
 ])
 def test_take_problem_bounds(finished, seconds, text, problem):
     found = take_problem(finished, seconds, text)
