@@ -25,8 +25,11 @@ _EXPORTS = {
     "HiggsAudioV3Codec": "codec_higgs_v3",
     "convert": "convert_checkpoint",
     "from_original": "conversion.cache",
+    "converted_path": "conversion.cache",
+    "tiny_random": "cli.models",
     "synthesize_long": "longform_higgs_v3",
     "synthesize_dialogue": "longform_higgs_v3",
+    "synthesize_stream": "longform_higgs_v3",
 }
 
 

@@ -8,12 +8,17 @@ written through `atomic_output`.
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import html
 import io
 import json
 import os
 import re
 import secrets
+import time
+import wave
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -45,6 +50,7 @@ AUDIO_OUTPUT_SUFFIXES: tuple[str, ...] = (".wav", ".flac", ".ogg", ".mp3", ".aif
 VOICE_FILE_SUFFIXES: tuple[str, ...] = (".safetensors", ".json")  # any other path given as a reference is audio
 MAX_VOICE_JSON_BYTES: int = 8 * 1024 * 1024  # refused before reading (a 100 s voice takes about 0.2 MB)
 REFERENCE_URL_TIMEOUT: float = 30.0  # seconds per network operation of a reference URL
+REFERENCE_URL_DEADLINE: float = 120.0  # seconds for a whole reference URL download (a slow drip is given up)
 MAX_REFERENCE_URL_BYTES: int = 64 * 1024 * 1024  # 100 s of 48 kHz stereo float WAV is 38 MB
 
 AudioLike = str | os.PathLike | np.ndarray | torch.Tensor  # a clip: a file, an http(s) URL, or samples
@@ -84,27 +90,44 @@ def is_audio_url(value) -> bool:
 
 
 def _fetch(url: str) -> bytes:
-    """The bytes at `url`, within `REFERENCE_URL_TIMEOUT` and `MAX_REFERENCE_URL_BYTES` (nothing written to disk)."""
-    import http.client
-    import urllib.error
-    import urllib.request
+    """The bytes at `url`, within `REFERENCE_URL_DEADLINE` in all (`REFERENCE_URL_TIMEOUT` per network operation) and
+    `MAX_REFERENCE_URL_BYTES` (nothing written to disk). The download runs in a thread this one waits for."""
+    import threading
 
-    limit, data = MAX_REFERENCE_URL_BYTES, None
-    try:
-        request = urllib.request.Request(url.strip(), headers={"User-Agent": "higgs-v3"})
-        with urllib.request.urlopen(request, timeout=REFERENCE_URL_TIMEOUT) as response:  # noqa: S310 - http(s) only
-            declared = response.headers.get("Content-Length", "")
-            data = None if declared.isdigit() and int(declared) > limit else response.read(limit + 1)
-    except (urllib.error.URLError, http.client.HTTPException, OSError) as error:
-        reason = f"HTTP {error.code} {error.reason}" if isinstance(error, urllib.error.HTTPError) else (
-            getattr(error, "reason", None) or error)
+    limit, deadline, outcome = MAX_REFERENCE_URL_BYTES, REFERENCE_URL_DEADLINE, []
+    worker = threading.Thread(target=_download, args=(url, time.monotonic() + deadline, outcome), daemon=True)
+    worker.start()
+    worker.join(deadline)
+    data = outcome[0] if outcome else TimeoutError(f"not downloaded within {deadline:g} s")
+    if isinstance(data, BaseException):
+        reason = f"HTTP {data.code} {data.reason}" if hasattr(data, "code") else (getattr(data, "reason", None) or data)
         raise ValueError(f"Could not fetch reference audio URL {url!r} ({' '.join(str(reason).split())}); check the "
-                         "address and the network, or download the clip and pass its file path.") from None
+                         "address and the network, or download the clip and pass its file path.")
     if data is None or len(data) > limit:
         raise ValueError(f"Reference audio URL {url!r} serves more than {limit} bytes ({limit / 2**20:g} MiB, the most "
                          "fetched); a reference clip needs no more than 30 s of clean speech: download it, trim it and "
                          "pass the file.")
     return data
+
+
+def _download(url: str, until: float, outcome: list) -> None:
+    """`_fetch`'s worker: appends the bytes at `url` (None when it declares more than the limit), or the error; stops
+    reading at `until` (a `time.monotonic()` time), so a slow drip is given up, not read on."""
+    import http.client
+    import urllib.error
+    import urllib.request
+
+    try:
+        request = urllib.request.Request(url.strip(), headers={"User-Agent": "higgs-v3"})
+        with urllib.request.urlopen(request, timeout=REFERENCE_URL_TIMEOUT) as response:  # noqa: S310 - http(s) only
+            declared, data = response.headers.get("Content-Length", ""), bytearray()
+            if declared.isdigit() and int(declared) > MAX_REFERENCE_URL_BYTES:
+                return outcome.append(None)
+            while len(data) <= MAX_REFERENCE_URL_BYTES and time.monotonic() < until and (part := response.read1(65536)):
+                data += part
+            outcome.append(bytes(data))
+    except (urllib.error.URLError, http.client.HTTPException, OSError) as error:
+        outcome.append(error)
 
 
 def _damage(info, frames_read: int | None) -> str | None:
@@ -251,6 +274,9 @@ def load_reference(
     transcript (refused when it has one); a clip (`is_clip`) as a `ReferenceClip` with the waveform of
     `prepare_reference_waveform` (`read=False`: files and URLs are not read). Refusals name `where`."""
     Where = where[:1].upper() + where[1:]
+    if text is not None and not isinstance(text, str):
+        raise ValueError(f"The transcript of {where} (reference_text) must be a string, got {type(text).__name__} "
+                         f"{text!r:.40}.")
     if not is_clip(reference):
         if not isinstance(reference, (str, os.PathLike)) and getattr(reference, "voice_format", None) != VOICE_FORMAT:
             raise ValueError(
@@ -284,7 +310,8 @@ def atomic_output(path: str | os.PathLike) -> Iterator[Path]:
     ...     soundfile.write(temporary, waveform, 24000)
     """
     path = Path(path)
-    temporary = path.with_name(f".{path.stem}.tmp-{os.getpid()}-{secrets.token_hex(4)}{path.suffix}")
+    tail = f".tmp-{os.getpid()}-{secrets.token_hex(4)}{path.suffix}"  # the name's stem cut to fit 255 bytes
+    temporary = path.with_name(f".{path.stem.encode()[:254 - len(tail.encode())].decode(errors='ignore')}{tail}")
     try:
         yield temporary
         with open(temporary, "rb+") as written:
@@ -293,10 +320,13 @@ def atomic_output(path: str | os.PathLike) -> Iterator[Path]:
     except BaseException as error:
         with contextlib.suppress(OSError):
             temporary.unlink()
-        if type(error).__name__ in ("LibsndfileError", "SafetensorError"):  # the writers' own errors for a failed write
-            reason = " ".join(str(error).split()) or type(error).__name__
-            raise OSError(f"Could not write {str(path)!r} ({reason}); the previous file, if any, is unchanged."
-                          ) from error
+        os_reason = error.strerror if isinstance(error, OSError) and error.strerror else None
+        if os_reason or type(error).__name__ in ("LibsndfileError", "SafetensorError"):  # a failed write
+            reason = (f"its folder {str(path.parent)!r} does not exist" if not path.parent.is_dir() else
+                      os_reason or " ".join(str(error).split()) or type(error).__name__)
+            failure = OSError(f"Could not write {str(path)!r} ({reason}); the previous file, if any, is unchanged.")
+            failure.errno = getattr(error, "errno", None)
+            raise failure from error
         raise
 
 
@@ -313,7 +343,15 @@ def check_audio_output(path: str | os.PathLike) -> Path:
 def save_audio(waveform: np.ndarray | torch.Tensor, path: str | os.PathLike,
                sampling_rate: int = _RATES.sampling_rate) -> Path:
     """Write a mono waveform (`[N]` or `[1, N]`, in [-1, 1]) to `path` (`atomic_output`; the format from the extension,
-    `.wav` as 16-bit PCM). Returns the path."""
+    `.wav` as 16-bit PCM). Returns the path. Several at once (as CSM's `processor.save_audio`): a list of waveforms
+    (`out.audio`) and a list of as many paths; every path is checked before any file is written; returns the paths."""
+    if isinstance(path, (list, tuple)):
+        if not isinstance(waveform, (list, tuple)) or len(waveform) != len(path):
+            got = f"{len(waveform)} waveforms" if isinstance(waveform, (list, tuple)) else type(waveform).__name__
+            raise ValueError(f"save_audio writes one waveform per path: got {len(path)} paths and {got}; give a list "
+                             "of waveforms (such as out.audio) and a list of as many paths.")
+        paths = [check_audio_output(one) for one in path]
+        return [save_audio(one, target, sampling_rate) for one, target in zip(waveform, paths)]
     sf, path = _soundfile(), check_audio_output(path)
     if isinstance(waveform, torch.Tensor):
         waveform = waveform.detach().to(device="cpu", dtype=torch.float32).numpy()
@@ -321,10 +359,31 @@ def save_audio(waveform: np.ndarray | torch.Tensor, path: str | os.PathLike,
     waveform = waveform[0] if waveform.ndim == 2 and waveform.shape[0] == 1 else waveform
     if waveform.ndim != 1:
         raise ValueError(f"save_audio writes one mono waveform of shape [samples] or [1, samples]; got shape "
-                         f"{waveform.shape}.")
-    with atomic_output(path) as temporary:
-        sf.write(os.fspath(temporary), waveform, int(sampling_rate))
+                         f"{waveform.shape}. Several waveforms: give a list of them and a list of as many paths.")
+    with atomic_output(path) as temporary:  # encoded in memory: a failed write is the OS's error, not libsndfile's
+        sf.write(encoded := io.BytesIO(), waveform, int(sampling_rate), format=path.suffix[1:].upper())
+        temporary.write_bytes(encoded.getbuffer())
     return path
+
+
+def audio_html(title: str, waveforms: list, sampling_rate: int, labels: list[str] | None = None,
+               notes: list[str] = ()) -> str:
+    """THE notebook player (`_repr_html_` of a `SpeechResult`, a generation output and a voice; no IPython needed): an
+    HTML `<audio>` player per 1-D waveform, its 16-bit PCM WAV embedded in base64, with its duration and sampling rate,
+    then `notes` (the run's warnings) in words."""
+    parts = [f"<div><b>{html.escape(title)}</b>"]
+    for index, waveform in enumerate(waveforms):
+        samples = torch.as_tensor(waveform).detach().to(device="cpu", dtype=torch.float32).reshape(-1).numpy()
+        pcm = np.round(np.clip(samples, -1.0, 1.0) * 32767).astype("<i2")
+        buffer = io.BytesIO()
+        with wave.open(buffer, "wb") as file:
+            file.setparams((1, 2, int(sampling_rate), len(pcm), "NONE", "not compressed"))  # mono, 16-bit
+            file.writeframes(pcm.tobytes())
+        label = html.escape(labels[index]) + ": " if labels else ""
+        parts.append(f"<div>{label}{len(samples) / sampling_rate:.2f} s at {int(sampling_rate)} Hz<br><audio controls "
+                     f'src="data:audio/wav;base64,{base64.b64encode(buffer.getvalue()).decode()}"></audio></div>')
+    parts += [f"<div>{html.escape(note)}</div>" for note in notes]
+    return "".join(parts) + "</div>"
 
 
 VOICE_FORMAT = "higgs_audio_v3_voice"
@@ -400,6 +459,32 @@ class HiggsAudioV3Voice:
     @property
     def duration(self) -> float:
         return self.num_frames / self.frame_rate
+
+    def decode(self, model=None) -> torch.FloatTensor:
+        """The voice as audio (a 1-D float32 waveform at `sampling_rate`): its codes decoded by `model`'s codec, by
+        default the codec of the model whose `encode_reference` made it (this is what the model hears of the clip)."""
+        if model is not None:
+            codec = model._require_codec("Decoding a voice")
+        else:
+            codec = self._codec() if getattr(self, "_codec", None) is not None else None
+        if codec is None:
+            raise ValueError("This voice was not made by model.encode_reference in this session (or that model is "
+                             "gone): decode it with a model, voice.decode(model).")
+        return codec.decode_frames(self.codes[None])[0]
+
+    def _repr_html_(self) -> str:
+        """A notebook player of `decode()` (when the model that made it is known), with the transcript."""
+        notes = [f"Transcript: {self.text}" if self.text else "No transcript."]
+        known = getattr(self, "_codec", None) is not None and self._codec() is not None
+        if not known:
+            notes.append("Its audio plays once decoded with a model: voice.decode(model).")
+        title = f"Voice: {self.num_frames} codec frames ({self.duration:.2f} s)"
+        return audio_html(title, [self.decode()] if known else [], self.sampling_rate, notes=notes)
+
+    def with_codec(self, codec) -> HiggsAudioV3Voice:
+        """This voice, remembering (weakly) the codec that made it, for `decode()` and the notebook player."""
+        self._codec = weakref.ref(codec)
+        return self
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the voice to `path` (`.safetensors` or `.json`) with `atomic_output`; returns the path."""
@@ -517,6 +602,7 @@ __all__ = [
     "MAX_VOICE_JSON_BYTES",
     "MIN_REFERENCE_SECONDS",
     "REFERENCE_ADVICE",
+    "REFERENCE_URL_DEADLINE",
     "REFERENCE_URL_TIMEOUT",
     "TARGET_ADVICE",
     "VOICE_FILE_SUFFIXES",
@@ -524,6 +610,7 @@ __all__ = [
     "HiggsAudioV3Voice",
     "ReferenceClip",
     "atomic_output",
+    "audio_html",
     "check_audio_output",
     "check_length",
     "is_audio_url",

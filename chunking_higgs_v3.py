@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 
@@ -165,6 +165,25 @@ def split_sentences(text: str) -> list[str]:
     if not text:
         return []
     return [text[a:b] for a, b in _Document(text).split(0, len(text), SENTENCE)]
+
+
+def stream_sentences(pieces: Iterable[str]) -> Iterator[str]:
+    """The sentences of a text that arrives in pieces (an LLM's deltas), each stripped as soon as it is complete: the
+    text so far is split with `split_sentences` and every sentence but the last is complete (an "x" appended tells
+    whether the last one is: "Hello. " is, "Hello." may still be "Hello.com"); nothing from an unclosed `<|` on is
+    cut (a tag still arriving). What is left is the last sentence, at the end of the stream."""
+    buffer = ""
+    for piece in pieces:
+        if not isinstance(piece, str):
+            raise ValueError(f"A text stream yields strings (pieces of text), got {type(piece).__name__}.")
+        buffer += piece
+        open_tag = buffer.rfind("<|")
+        settled = open_tag if open_tag >= 0 and "|>" not in buffer[open_tag:] else len(buffer)
+        complete = split_sentences(buffer[:settled] + "x")[:-1]
+        buffer = buffer[sum(map(len, complete)):]
+        yield from (sentence.strip() for sentence in complete if sentence.strip())
+    if buffer.strip():
+        yield buffer.strip()
 
 
 def split_text(text: str, max_chars: int = DEFAULT_MAX_CHARS) -> list[str]:
@@ -337,4 +356,5 @@ __all__ = [
     "parse_dialogue",
     "split_sentences",
     "split_text",
+    "stream_sentences",
 ]

@@ -61,6 +61,7 @@ import functools
 import json
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -396,16 +397,23 @@ def _check_options(dtype: str, max_shard_size: int | str) -> torch.dtype:
 
 def _write_and_verify(
     source: OriginalCheckpoint, plan: ConversionPlan, staging: Path, split, *, verify: bool, dtype: str,
-    base_model: str, repo_id: str | None,
+    base_model: str, repo_id: str | None, progress: Callable[[str], None] = lambda message: None,
 ) -> tuple[list[str], float | None, float | None]:
     """Write the weights (as `split` says) and every other file into `staging`, check the folder, verify (re-read
-    bit for bit, then the numeric check) and write the model card. Returns `(shards, max_abs_diff, tolerance)`."""
+    bit for bit, then the numeric check) and write the model card, saying each step to `progress`. Returns
+    `(shards, max_abs_diff, tolerance)`."""
+    progress(f"Read the original checkpoint {str(source.directory)!r}; writing {len(plan.tensors)} tensors "
+             f"({split.metadata['total_size'] / 1e9:.2f} GB in {dtype}, {len(split.filename_to_tensors)} shard(s)) into "
+             f"{staging.name}...")
     shards = write_weights(source, plan.tensors, staging, split)
+    progress("Writing the config, tokenizer, processor and code...")
     copied_license = write_repo_files(source.directory, plan.config, staging)
     check_output_folder(staging)
     max_abs_diff = tolerance = None
     if verify:
+        progress("Verifying: reading every written tensor back...")
         verify_written_tensors(source, plan.tensors, staging, shards)
+        progress("Verifying: the converted model's audio logits against the original's (both models loaded)...")
         max_abs_diff, tolerance = verify_conversion(source, plan.config, staging, weight_dtype(dtype))
     write_model_card(staging, source.directory, plan.config, dtype=dtype, base_model=base_model,
                      max_abs_diff=max_abs_diff, copied_license=copied_license, repo_id=repo_id)
@@ -426,6 +434,7 @@ def convert(
     repo_id: str | None = None,
     base_model: str = ORIGINAL_REPO_ID,
     cache_dir: str | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> ConversionResult:
     """Convert an original Higgs Audio v3 checkpoint (local folder or Hub id) into a Transformers repo at `output_dir`.
 
@@ -433,7 +442,8 @@ def convert(
     then renamed into place; a non-empty `output_dir` is refused unless `overwrite`. `codec_config` overrides the
     codec config (default: the input folder's `higgs_audio_v2_tokenizer_config.json`, else the real one). `repo_id`:
     the Hub repo the model card's usage names (the folder is uploaded by `conversion.repo.push_folder_to_hub`).
-    Raises `ConversionError` with the reason.
+    `progress`, when given, is called with one line per step once the input is read and planned (writing, each
+    verification), so a refused input is only its error. Raises `ConversionError` with the reason.
 
     >>> result = convert("path/to/higgs-audio-v3-tts-4b", "higgs-audio-v3-hf")  # doctest: +SKIP
     >>> result.max_abs_diff <= result.tolerance  # doctest: +SKIP
@@ -441,15 +451,19 @@ def convert(
     """
     torch_dtype = _check_options(dtype, max_shard_size)
     output = output_folder(output_dir, overwrite)  # after the cleanup of a killed run's leftovers
+    progress = progress or (lambda message: None)
     source_dir = resolve_input(input_path, revision=revision, cache_dir=cache_dir).resolve()
     check_outside(source_dir, output)
     source = read_original(source_dir)
     plan = plan_conversion(source, torch_dtype, codec_config=codec_config, without_codec=without_codec)
     split = shard_split(plan.tensors, max_shard_size)
 
-    with staged_folder(output, "converting", overwrite=overwrite) as staging:
+    needed = split.metadata["total_size"] + sum(  # the weights, and about as much as the other files take now
+        path.stat().st_size for path in source_dir.iterdir() if path.is_file() and path.suffix != ".safetensors")
+    with staged_folder(output, "converting", overwrite=overwrite, needed=needed) as staging:
         shards, max_abs_diff, tolerance = _write_and_verify(
-            source, plan, staging, split, verify=verify, dtype=dtype, base_model=base_model, repo_id=repo_id
+            source, plan, staging, split, verify=verify, dtype=dtype, base_model=base_model, repo_id=repo_id,
+            progress=progress,
         )
     return ConversionResult(output, len(plan.tensors), shards, plan.ignored, plan.config.tie_word_embeddings,
                             max_abs_diff, tolerance)

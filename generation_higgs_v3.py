@@ -22,6 +22,7 @@ from transformers.generation.stopping_criteria import EosTokenCriteria, Stopping
 from transformers.generation.streamers import BaseStreamer
 from transformers.utils import ModelOutput, logging
 
+from .audio_io_higgs_v3 import audio_html
 from .delay_higgs_v3 import codes_problem, speech_finished, speech_rows
 from .sampling_higgs_v3 import HiggsAudioV3SeededSampler, draw_seed, sampling_problems, sampling_warpers, seed_problem
 
@@ -74,9 +75,10 @@ class HiggsAudioV3GenerationOutput(ModelOutput):
         is the model's known runaway failure, cut at the limit.
     audio_codes (`[batch, frames, num_codebooks]`): the de-delayed codes, every code >= BOC replaced by 0.
     audio_code_lengths (`[batch]`): valid frames per sequence, `max(lengths - (num_codebooks - 1), 0)`.
-    audio (`list[torch.FloatTensor]`, *optional*): one 1-D waveform per sequence at `config.sampling_rate`, when the
-        model has a codec and `output_audio` is not False.
+    audio (`list[torch.FloatTensor]`, *optional*): one 1-D waveform per sequence at `sampling_rate`, when the
+        model has a codec and `output_audio` is not False. In a notebook the output shows as one player per sequence.
     scores / logits (`tuple[torch.FloatTensor]`, *optional*): per step, `[batch, num_codebooks, codebook_size]`.
+    sampling_rate (`int`, an attribute): the audio's samples per second (`config.sampling_rate`), with `audio`.
     """
 
     sequences: torch.LongTensor | None = None
@@ -89,6 +91,16 @@ class HiggsAudioV3GenerationOutput(ModelOutput):
     logits: tuple[torch.Tensor, ...] | None = None
     attentions: tuple | None = None
     hidden_states: tuple | None = None
+    sampling_rate = None  # an attribute, not a key (a pipeline splits every key of a batch by rows)
+
+    def _repr_html_(self) -> str | None:
+        if self.audio is None or self.sampling_rate is None:
+            return None  # the plain repr
+        cut = [] if self.finished is None else [i for i, done in enumerate(self.finished.tolist()) if not done]
+        notes = [f"Sequence(s) {', '.join(map(str, cut))} did not end: cut at max_new_tokens (the model's runaway "
+                 "failure, usually a silent tail). Try another seed or a shorter text."] if cut else []
+        labels = [f"Sequence {i}" for i in range(len(self.audio))]
+        return audio_html("Generated audio", self.audio, self.sampling_rate, labels=labels, notes=notes)
 
 
 # ---------------------------------------------------------------------------------------------- per-step pieces
@@ -271,7 +283,7 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         reference_audio: torch.Tensor | None = None,
         reference_audio_lengths: torch.LongTensor | None = None,
         **kwargs,
-    ) -> HiggsAudioV3GenerationOutput | torch.LongTensor:
+    ) -> HiggsAudioV3GenerationOutput | torch.LongTensor | list[torch.FloatTensor]:
         r"""
         Generate delayed code rows (and waveforms) for a batch of prompts built by `HiggsAudioV3Processor`.
 
@@ -286,14 +298,15 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
             streamer: receives each new row as a `[batch, num_codebooks]` tensor (`put`), then `end()`.
             seed: `int` or one per sequence (list or `[batch]` tensor), in `[0, 2**62)`: a sequence gets the same codes
                 alone or in any batch. Default: drawn from torch's global RNG. Ignored for greedy decoding.
-            output_audio: decode waveforms with the codec (default: when `return_dict_in_generate` and a codec).
+            output_audio: decode waveforms with the codec (default: when `return_dict_in_generate` and a codec);
+                `output_audio=True` without `return_dict_in_generate` returns the waveforms alone (as CSM's).
             max_positions: the most positions of one request, prompt plus rows (default `MAX_POSITIONS`): a longer
                 prompt is refused, a `max_new_tokens` that would pass it is clipped with a warning (against the longest
                 prompt of a batch). None lifts the limit.
             monitor_progress (`bool`, defaults to False): show a tqdm bar of the rows generated.
 
-        Returns `HiggsAudioV3GenerationOutput` when `return_dict_in_generate=True`, else the delayed rows `[batch, rows,
-        num_codebooks]` (EOC after a sequence finished).
+        Returns `HiggsAudioV3GenerationOutput` when `return_dict_in_generate=True`, else one 1-D waveform per sequence
+        with `output_audio=True`, else the delayed rows `[batch, rows, num_codebooks]` (EOC after a sequence finished).
 
         ```python
         >>> out = model.generate(**processor("Hello there."), seed=0, return_dict_in_generate=True)  # doctest: +SKIP
@@ -509,7 +522,7 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
 
     def _audio_generation_output(
         self, outputs, batch_size: int, prompt_length: int, return_dict: bool, output_audio: bool | None
-    ) -> HiggsAudioV3GenerationOutput | torch.LongTensor:
+    ) -> HiggsAudioV3GenerationOutput | torch.LongTensor | list[torch.FloatTensor]:
         """Rows, lengths, flags, codes and waveforms, read off the stock loop's `[B * C, L + R]` sequences (not the
         stopper's state: a loop that undoes its last step, the deferred stop check on MPS, returns a row less)."""
         spec = self.config.audio_spec
@@ -525,22 +538,26 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
                 "failure, usually followed by a silent tail. They are flagged in `finished`; consider shorter text "
                 "chunks or another seed."
             )
-        if not return_dict:
+        if not return_dict and not output_audio:
             return rows
         codes, code_lengths = spec.rows_to_codes(rows, lengths)
         if output_audio is None:
             output_audio = getattr(self, "codec", None) is not None
         audio = self.codec.decode_frames(codes, code_lengths) if output_audio else None
+        if not return_dict:  # output_audio=True alone: the waveforms, as CSM's generate returns them
+            return audio
 
         def per_row(steps):
             return None if steps is None else tuple(s.reshape(batch_size, spec.num_codebooks, -1) for s in steps)
 
-        return HiggsAudioV3GenerationOutput(
+        output = HiggsAudioV3GenerationOutput(
             sequences=rows, lengths=lengths, finished=finished, audio_codes=codes, audio_code_lengths=code_lengths,
             audio=audio, scores=per_row(getattr(outputs, "scores", None)),
             logits=per_row(getattr(outputs, "logits", None)), attentions=getattr(outputs, "attentions", None),
             hidden_states=getattr(outputs, "hidden_states", None),
         )
+        output.sampling_rate = spec.sampling_rate if audio is not None else None
+        return output
 
     # -------------------------------------------------------------------------------------- stock loop hooks
     def _get_stopping_criteria(self, *args, **kwargs) -> StoppingCriteriaList:

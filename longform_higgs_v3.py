@@ -24,16 +24,17 @@ import os
 import re
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 
-from .audio_io_higgs_v3 import MAX_REFERENCE_SECONDS, HiggsAudioV3Voice, load_reference, save_audio
+from .audio_io_higgs_v3 import MAX_REFERENCE_SECONDS, HiggsAudioV3Voice, audio_html, load_reference, save_audio
 from .chunking_higgs_v3 import (
     DEFAULT_MAX_CHARS, TAG_PATTERN, DialogueLine, check_dialogue_voices, normalize_text, parse_dialogue, split_text,
+    stream_sentences,
 )
 from .codec_higgs_v3 import resample_audio
 from .generation_higgs_v3 import MAX_NEW_TOKENS, MAX_POSITIONS
@@ -202,9 +203,10 @@ class ChunkResult:
 
 @dataclass
 class SpeechResult:
-    """The output of `synthesize_long` / `synthesize_dialogue`: the waveform (every chunk's audio with `pause_seconds`
-    of silence between them, CPU float32), the chunks, the time spent generating, the per-chunk row limit, and the
-    voice used per speaker (key None for long text; None when spoken without reference)."""
+    """The output of `synthesize_long` / `synthesize_dialogue`: the audio (`audio`, as the generation output and the
+    pipeline name it; `waveform` is the same tensor: every chunk's audio with `pause_seconds` of silence between them,
+    CPU float32), the chunks, the time spent generating, the per-chunk row limit, and the voice used per speaker (key
+    None for long text; None when spoken without reference). In a notebook it shows as an audio player."""
 
     waveform: torch.FloatTensor
     sampling_rate: int
@@ -213,6 +215,11 @@ class SpeechResult:
     generation_seconds: float
     max_new_tokens: int
     voices: dict = field(default_factory=dict)
+
+    @property
+    def audio(self) -> torch.FloatTensor:
+        """The waveform (the name the generation output and the pipeline use; `waveform` is its alias)."""
+        return self.waveform
 
     @property
     def duration(self) -> float:
@@ -255,6 +262,15 @@ class SpeechResult:
 
     def save(self, path: str | os.PathLike) -> Path:
         return save_audio(self.waveform, path, sampling_rate=self.sampling_rate)
+
+    def _repr_html_(self) -> str:
+        notes = [f"{len(self.chunks)} chunk(s) generated in {self.generation_seconds:.1f} s (real-time factor "
+                 f"{self.real_time_factor:.2f})."]
+        if self.unfinished_chunks:
+            notes.append(f"Chunk(s) {', '.join(map(str, self.unfinished_chunks))} ran into the length limit "
+                         f"({self.max_new_tokens} rows) without ending: the model's runaway failure, usually a silent "
+                         "tail. Try another seed or shorter chunks.")
+        return audio_html("Speech", [self.waveform], self.sampling_rate, notes=notes)
 
 
 def _join(chunks: Sequence[ChunkResult], pause_seconds: float, sampling_rate: int) -> torch.FloatTensor:
@@ -498,6 +514,30 @@ def synthesize_long(
     return synthesizer.speak(jobs, {None: voice})
 
 
+def synthesize_stream(
+    model: PreTrainedModel, processor: ProcessorMixin, pieces: Iterable[str], *, reference: object | None = None,
+    reference_text: str | None = None, sampling_rate: int | None = None, max_chars: int = DEFAULT_MAX_CHARS,
+    pause_seconds: float = DEFAULT_PAUSE_SECONDS, seed: int | None = None, max_seconds: float | None = None,
+    **generate_kwargs,
+) -> Iterator[torch.FloatTensor]:
+    """Speak a text while it is still arriving (`pieces`: an LLM's deltas): each sentence is spoken as soon as it is
+    complete (`stream_sentences`; a long one cut with `split_text`), and its waveform yielded (CPU float32 `[samples]`),
+    `pause_seconds` of silence before every one but the first. Chunk `k` uses seed `seed + k`; without `reference`, the
+    first chunk becomes the voice of the rest, as in `synthesize_long`, whose other options these are."""
+    synthesizer = _Synthesizer(model, processor, pause_seconds=pause_seconds, batch_size=1, seed=seed,
+                               max_seconds=max_seconds, progress=False, generate_kwargs=generate_kwargs)
+    voice = None if reference is None else resolve_voice(model, processor, reference, reference_text, sampling_rate)
+    index = 0
+    for sentence in stream_sentences(pieces):
+        for text in split_text(processor.check_text(sentence, f"sentence {index + 1} of the stream"), max_chars):
+            chunk = synthesizer._run([SpeechJob(text, index)], {None: voice}, None)[index]
+            voice = voice if voice is not None else _voice_from_chunk(chunk, synthesizer.spec)
+            if index:
+                yield torch.zeros(round(synthesizer.pause_seconds * synthesizer.spec.sampling_rate))
+            yield chunk.waveform
+            index += 1
+
+
 def synthesize_dialogue(
     model: PreTrainedModel, processor: ProcessorMixin, script: str | Sequence[DialogueLine] | Sequence[tuple[str, str]],
     voices: Mapping[str, object] | None = None, *, auto_voices: bool = False, max_chars: int = DEFAULT_MAX_CHARS,
@@ -541,6 +581,7 @@ __all__ = [
     "spoken_characters",
     "synthesize_dialogue",
     "synthesize_long",
+    "synthesize_stream",
     "take_problem",
     "transcript_wer",
     "wer_words",

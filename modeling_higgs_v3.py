@@ -183,7 +183,8 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
         spec = self.config.audio_spec
         waveform = prepare_reference_waveform(audio, sampling_rate, target_sampling_rate=spec.sampling_rate)  # [N]
         codes = codec.encode_waveform(waveform)  # [T, C]
-        return HiggsAudioV3Voice(codes=codes, text=text, sampling_rate=spec.sampling_rate, frame_rate=spec.frame_rate)
+        voice = HiggsAudioV3Voice(codes=codes, text=text, sampling_rate=spec.sampling_rate, frame_rate=spec.frame_rate)
+        return voice.with_codec(codec)  # plays in a notebook (`voice.decode()`)
 
     def merge_reference_clips(
         self, audio_input_ids: torch.LongTensor | None, reference_audio: torch.Tensor,

@@ -20,7 +20,7 @@ import difflib
 import math
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from typing import TypedDict
 
@@ -35,7 +35,7 @@ from .audio_io_higgs_v3 import (REFERENCE_ADVICE, TARGET_ADVICE, VOICE_FILE_SUFF
 from .chunking_higgs_v3 import TAG_PATTERN, normalize_text, nothing_to_speak
 from .codec_higgs_v3 import resampled_length
 from .delay_higgs_v3 import HiggsAudioV3AudioSpec, check_codes
-from .longform_higgs_v3 import SpeechResult, synthesize_dialogue, synthesize_long
+from .longform_higgs_v3 import SpeechResult, synthesize_dialogue, synthesize_long, synthesize_stream
 
 # transformers 5.5 copies only the *direct* relative imports of the entry module when it loads remote code from a local
 # folder (5.24 and the Hub path follow them recursively), so the rest of this module's closure is imported here too.
@@ -86,6 +86,7 @@ CHAT_LAYOUT = (
     '"audio": samples with "sampling_rate"), {"role": "user", "content": [{"type": "text", "text": what to say}]}].'
 )
 
+_SURROGATE = re.compile("[\ud800-\udfff]")  # half of a UTF-16 pair, alone: not encodable as UTF-8
 _TAG_START = re.compile(r"<\|[^\s<>|]*")  # an opening `<|` and what follows it up to a space or bracket
 _RENDERED = re.compile("{tts}(?:{ref_text}(.*?))?({ref_audio})?{text}(.*){audio_start}".format(  # a rendered prompt
     **{role: re.escape(token) for role, (token, _) in PROMPT_TOKENS.items()}), re.DOTALL)
@@ -162,6 +163,13 @@ class HiggsAudioV3Processor(ProcessorMixin):
         return {**super().to_dict(), "audio_spec": self.audio_spec.to_dict()}
 
     @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs) -> "HiggsAudioV3Processor":
+        """`ProcessorMixin.from_pretrained`; called on this class, the folder's remote code is not needed (this class is
+        that code), so transformers does not ask whether to run it (a 15 s `[y/N]` prompt on every rank)."""
+        kwargs.setdefault("trust_remote_code", False)
+        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+
+    @classmethod
     def from_model_config(cls, tokenizer, config, **kwargs) -> "HiggsAudioV3Processor":
         """A processor with the audio settings of `config` (a `HiggsAudioV3Config`) and its codec's frame-count
         parameters, checked against it (`check_model_config`); `kwargs` are the constructor's."""
@@ -232,6 +240,9 @@ class HiggsAudioV3Processor(ProcessorMixin):
         tags, valid = self._control_tags, "processor.valid_tags() (or `higgs-v3 tags`) lists"
         if problem := nothing_to_speak(text, where):
             return problem
+        if surrogate := _SURROGATE.search(text):  # e.g. from a JSON "\ud800" escape: no tokenizer can encode it
+            return (f"{where[:1].upper() + where[1:]} holds a lone surrogate ({surrogate.group(0)!r} at character "
+                    f"{surrogate.start()}), which is not valid Unicode text; remove it or fix how the text was decoded.")
         for tag in (match.group(0) for match in TAG_PATTERN.finditer(text)):
             if tag in self._structural_tokens:
                 return (f"{tag!r} in {where} is a structural prompt token, which the processor places itself; remove "
@@ -515,13 +526,18 @@ class HiggsAudioV3Processor(ProcessorMixin):
         **options)`, reachable from a Hub repo alone (the processor's remote code carries long-form speech)."""
         return synthesize_long(model, self, text, **options)
 
+    def synthesize_stream(self, model, pieces, **options) -> Iterator[torch.FloatTensor]:
+        """Speak a text as it arrives, sentence by sentence: `longform_higgs_v3.synthesize_stream(model, self, pieces,
+        **options)` yields waveforms."""
+        return synthesize_stream(model, self, pieces, **options)
+
     def synthesize_dialogue(self, model, script, voices: dict | None = None, **options) -> SpeechResult:
         """Speak a dialogue script, each speaker with their voice: `longform_higgs_v3.synthesize_dialogue(model, self,
         script, voices, **options)`."""
         return synthesize_dialogue(model, self, script, voices, **options)
 
     def save_audio(self, waveform, path: str | os.PathLike, sampling_rate: int | None = None):
-        """Write a mono waveform to `path` (format from the extension) at `sampling_rate` (default: the codec's)."""
+        """Write a mono waveform to `path` (or a list of them to a list of paths) at `sampling_rate` (the codec's)."""
         return save_audio(waveform, path, sampling_rate=sampling_rate or self.audio_spec.sampling_rate)
 
     @staticmethod
@@ -615,8 +631,11 @@ def _conversation_problem(messages, where: str) -> tuple[str | None, list]:
         )
         if problem:
             return problem, []
-        text = "".join(str(item.get("text", "")) for item in content if item["type"] == "text")
-        turns.append((message, list(content), audio, text))
+        texts = [item.get("text", "") for item in content if item["type"] == "text"]
+        if not all(isinstance(text, str) for text in texts):
+            bad = next(text for text in texts if not isinstance(text, str))
+            return f"A text item of {here} holds {type(bad).__name__} {bad!r:.40}; 'text' must be a string.", []
+        turns.append((message, list(content), audio, "".join(texts)))
     return None, turns
 
 

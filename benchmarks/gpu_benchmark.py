@@ -34,6 +34,11 @@ fails with status 1, then its figures:
   quantized and nothing else, weights memory, the prompt's audio logits against the bf16 model (max difference / max
   |logit|, reported), the eager batch-1 step, and an end-to-end run that must give audio.
 
+- `serve` (issue 24): the built model behind `higgs-v3 serve`'s app (uvicorn in this process, the tiny tokenizer's
+  processor), `bench_serve.measure`: throughput at concurrency 1, 4 and 16 over one request at a time (audio checked
+  byte for byte), time to the first streamed audio byte over the whole response (`--serve-requests` requests of
+  `--serve-seconds` s). Not measured yet: no GPU was lent when it was written.
+
 Both save the built model once into a temporary folder (8.3 GB for the full size) and load it back.
 
 Definitions. Step: median interval between two streamed rows after the first --skip rows (one full iteration of the
@@ -68,7 +73,7 @@ from higgs_v3.modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
 from higgs_v3.streaming_higgs_v3 import HiggsAudioV3AudioStreamer
 
 
-PHASES = ("speed", "placement", "quantized")
+PHASES = ("speed", "placement", "quantized", "serve")
 # Memory bandwidth in TB/s of the GPUs we know (the SXM parts); matched on the device name.
 BANDWIDTH_TBS = {"H200": 4.8, "H100": 3.35, "A100": 2.0, "L40S": 0.864, "A10G": 0.6, "RTX 4090": 1.008}
 SYNC_CALLS = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize")
@@ -93,6 +98,8 @@ def parse_args(argv):
     parser.add_argument("--bandwidth-tbs", type=float, default=None, help="device memory bandwidth, TB/s")
     parser.add_argument("--phases", nargs="+", choices=PHASES, default=["speed"],
                         help="what to run (default: speed; placement and quantized are the smaller-GPU checks)")
+    parser.add_argument("--serve-requests", type=int, default=32, help="serve: requests per variant")
+    parser.add_argument("--serve-seconds", type=float, default=4.0, help="serve: audio per request (seconds)")
     parser.add_argument("--audio-tolerance", type=float, default=1e-2,
                         help="placement: max |waveform difference| / max |waveform|, codec on the CPU vs the device")
     args = parser.parse_args(argv)
@@ -561,6 +568,21 @@ def measure_speed(model, args, budget: Budget) -> dict | None:
     return {"phases": phases, "checks": checks, "end_to_end": e2e, "first_compiled_call_s": first_compile_s}
 
 
+def serve_check(model, args) -> dict:
+    """`higgs-v3 serve`'s ratios for `model` (bench_serve.measure), served with the tiny tokenizer's processor (random
+    weights: the text only sets the prompt's length)."""
+    import bench_serve
+
+    from higgs_v3.processing_higgs_v3 import HiggsAudioV3Processor
+    from higgs_v3.testing.tiny import loaded_tiny_tokenizer
+
+    processor = HiggsAudioV3Processor.from_model_config(loaded_tiny_tokenizer(), model.config)
+    result = bench_serve.measure(model, processor, args.serve_requests, args.serve_seconds, rounds=1)
+    for name, value in result["ratios"].items():
+        print(f"  serve: {name:40s} {value:6.2f}x", flush=True)
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     H.setup(args.threads)
@@ -602,6 +624,9 @@ def main(argv: list[str] | None = None) -> int:
                 if not all(q["agree"] for q in smaller["quantized"]):
                     print(f"FAILED: a bitsandbytes load failed its check: {smaller['quantized']}.")
                     return 1
+
+    if "serve" in args.phases and budget.allows("serve", 0 if args.tiny else 120):
+        smaller["serve"] = serve_check(model, args)
 
     result = {
         "tiny": args.tiny, "device_name": device_name, "build_s": build_s, "weights_gib": weights_gib,

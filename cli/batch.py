@@ -24,10 +24,15 @@ depends only on the manifest, `--seed` and the chunking (`--max-chars`), so a re
 with a given seed gets the same codes alone or in any batch, an item's audio does not depend on the batch it shared,
 the process it ran on, or the number of processes. Items are grouped `--batch-size` at a time into `generate` calls (the longform synthesis core), and each finished item is written at once, atomically
 (`audio_io_higgs_v3.atomic_output`: a temporary file, flushed to disk, then `os.replace`): its audio, then its record (`.higgs_v3_batch/<output>.json`: duration, finished
-flag, seed, chunks, each chunk's kept seed and number of takes: bad takes are redone as `synthesize_long` redoes
-them, `--retries` times at most). An item is complete when both are there and the record matches the manifest line; a
+flag, seed, chunks, each chunk's kept seed and number of takes, and the run's recipe; bad takes are redone as
+`synthesize_long` redoes them, `--retries` times at most). An item is complete when both are there and the record
+matches the manifest line and the run's recipe (`batch_recipe`: the model's weights fingerprint, dtype,
+`--max-seconds`, chunk size and sampling settings; a voice or reference file is known by the sha256 of its bytes); a
 rerun skips complete items, so a run that was killed or crashed is finished by running it again, and nothing is
-generated twice.
+generated twice, while an item made by another model, dtype or limit, or with a voice file since replaced, is spoken
+again (the summary says how many, and what changed). With `--keep-going`, an item whose voice cannot be made (a
+damaged file, a dead URL) is skipped and listed at the end (exit code 1) instead of stopping the run; saved voices are
+checked before any generation.
 
 Data parallel: under `accelerate launch` (or `torchrun`) every process reads the manifest, the pending items are listed
 before any process writes, and `PartialState.split_between_processes` gives each process its share. Each process shows
@@ -82,11 +87,14 @@ class BatchItem:
     default_seed: bool = False
     """True when the line has no `seed`: `seed` is then `--seed` plus the item's index until `assign_default_seeds`
     moves it past the seeds that other items' chunks use."""
+    source_sha256: str | None = None
+    """The sha256 of the voice or reference file's bytes (a file replaced at the same path is another voice); None
+    without one, or for a URL (known by its address)."""
 
     def record_key(self) -> dict:
-        """What a record must match for the item to count as complete."""
+        """What a record must match for the item to count as complete (with the run's `batch_recipe`)."""
         return {"text": self.text, "seed": self.seed, "voice": self.voice, "reference": self.reference,
-                "reference_text": self.reference_text}
+                "reference_text": self.reference_text, "source_sha256": self.source_sha256}
 
 
 @dataclass
@@ -100,14 +108,20 @@ class BatchSummary:
     audio_seconds: float = 0.0
     wall_seconds: float = 0.0
     unfinished: list[str] = field(default_factory=list)
+    redone: dict[str, int] = field(default_factory=dict)  # what changed ("model", "dtype" ...) -> items spoken again
+    failed: list[str] = field(default_factory=list)  # with --keep-going: "line N (output): reason"
 
     def line(self) -> str:
         count = sum(len(names) for names in self.written.values())
         per_process = ", ".join(f"process {rank}: {len(names)}" for rank, names in sorted(self.written.items()))
         unfinished = (f"{len(self.unfinished)} cut at the length limit: {', '.join(self.unfinished[:10])}"
                       if self.unfinished else "none cut at the length limit")
-        return (f"Batch: {self.total} items, {count} written now ({per_process}), {self.skipped} already complete; "
-                f"{self.audio_seconds:.2f} s of audio in {self.wall_seconds:.2f} s; {unfinished}.")
+        redone = (" (spoken again as what produced them changed: "
+                  + ", ".join(f"{what} {count}" for what, count in self.redone.items()) + ")") if self.redone else ""
+        failed = (f"; {len(self.failed)} failed and skipped: " + "; ".join(self.failed[:10])
+                  + (f"; and {len(self.failed) - 10} more" if len(self.failed) > 10 else "")) if self.failed else ""
+        return (f"Batch: {self.total} items, {count} written now ({per_process}){redone}, {self.skipped} already "
+                f"complete; {self.audio_seconds:.2f} s of audio in {self.wall_seconds:.2f} s; {unfinished}{failed}.")
 
 
 # ============================================================================================= the manifest
@@ -152,6 +166,7 @@ def read_manifest(path: str | os.PathLike, base_seed: int = 0) -> list[BatchItem
     paths are read from the manifest's folder. A line without `seed` gets `base_seed` plus its index (0-based, over the items),
     flagged `default_seed` (`run_batch` moves it with `assign_default_seeds` where other chunks use it). Raises
     `ValueError` naming the line, or `OSError` when the manifest cannot be read."""
+    from ..audio_io_higgs_v3 import is_audio_url
     from ..sampling_higgs_v3 import check_seed
 
     path = Path(path)
@@ -193,8 +208,9 @@ def read_manifest(path: str | os.PathLike, base_seed: int = 0) -> list[BatchItem
         reference_text = entry.get("reference_text")
         if reference_text is not None and not isinstance(reference_text, str):
             raise ValueError(f"{where}: 'reference_text' must be a string, got {reference_text!r}.")
+        source = files.get("voice") or files.get("reference")
         items.append(BatchItem(number, text, output, seed, files.get("voice"), files.get("reference"), reference_text,
-                               default_seed))
+                               default_seed, _sha256(source) if source and not is_audio_url(source) else None))
     if not items:
         raise ValueError(f"The manifest {str(path)!r} has no items (one JSON object per line).")
     return items
@@ -205,16 +221,82 @@ def _record_path(out_dir: Path, item: BatchItem) -> Path:
     return out_dir / RECORDS_DIR / f"{item.output}.json"
 
 
-def _read_record(out_dir: Path, item: BatchItem) -> dict | None:
-    """The item's record when the item is complete (audio and a record matching the line), else None."""
+def _sha256(path: str) -> str:
+    import hashlib
+
+    digest = hashlib.sha256()
+    with open(path, "rb") as file:
+        while block := file.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def model_fingerprint(model) -> str:
+    """What identifies the weights a run speaks with, whatever the dtype they were loaded in: the config and 64 values
+    spread over every tensor, rounded to bfloat16 (a float32 and a bfloat16 load of one checkpoint agree; a fine-tuned
+    or another model does not)."""
+    import hashlib
+
+    import torch
+
+    config = {key: value for key, value in model.config.to_diff_dict().items() if key not in ("dtype", "torch_dtype")}
+    digest = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode())
+    for name, tensor in model.state_dict().items():
+        try:
+            flat = tensor.detach().reshape(-1)
+            sample = flat[:: max(1, flat.numel() // 64)][:64]
+            sample = sample.to("cpu", torch.bfloat16) if sample.is_floating_point() else sample.to("cpu")
+            values = (sample.view(torch.int16) if sample.dtype == torch.bfloat16 else sample).numpy().tobytes()
+        except (RuntimeError, TypeError, NotImplementedError):  # a tensor subclass (quantized) without these ops
+            values = f"{tuple(tensor.shape)} {tensor.dtype}".encode()
+        digest.update(name.encode() + values)
+    return digest.hexdigest()[:16]
+
+
+SAMPLING_FIELDS: tuple[str, ...] = ("do_sample", "temperature", "top_k", "top_p", "min_p", "repetition_penalty",
+                                    "max_new_tokens")
+"""The generation config's fields that change what a seed speaks (recorded in the recipe)."""
+
+
+def batch_recipe(model, max_seconds: float | None, max_chars: int, generate_kwargs: dict) -> dict:
+    """What produced a run's audio besides each line: the model (`model_fingerprint`; its path only shown), dtype,
+    `--max-seconds`, the chunk size and the sampling settings (the generation config's `SAMPLING_FIELDS` and the
+    options given). An item whose record has another recipe is spoken again."""
+    config = model.generation_config
+    sampling = {key: getattr(config, key, None) for key in SAMPLING_FIELDS}
+    sampling.update({key: value for key, value in generate_kwargs.items() if isinstance(value, (int, float, str, bool))})
+    return {"model": model_fingerprint(model), "dtype": str(model.dtype).removeprefix("torch."),
+            "max_seconds": max_seconds, "max_chars": max_chars, "sampling": sampling}
+
+
+RECIPE_NAMES = {"model": "model", "dtype": "dtype", "max_seconds": "max-seconds", "max_chars": "chunk size",
+                "sampling": "sampling", "source_sha256": "voice file", "text": "text", "seed": "seed",
+                "voice": "voice", "reference": "reference", "reference_text": "reference text"}
+"""How the summary names what changed."""
+
+
+def _item_state(out_dir: Path, item: BatchItem, recipe: dict) -> tuple[dict | None, list[str]]:
+    """`(record, [])` when the item is complete (its audio, and a record of its line and of `recipe`); `(None, what
+    changed)` when it must be spoken again because its line or recipe changed; `(None, [])` when it was never
+    finished (no audio or record, or a damaged record)."""
     path = _record_path(out_dir, item)
     if not path.is_file() or not (out_dir / item.output).is_file():
-        return None
+        return None, []
     try:
         record = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None  # a damaged record: the item is generated again
-    return record if {key: record.get(key) for key in item.record_key()} == item.record_key() else None
+        return None, []  # a damaged record: the item is generated again
+    if not isinstance(record, dict):
+        return None, []
+    old = {**{key: record.get(key) for key in item.record_key()}, **(record.get("recipe") or {})}
+    new = {**item.record_key(), **recipe}
+    changed = [RECIPE_NAMES.get(key, key) for key in new if old.get(key) != new[key]]
+    return (record, []) if not changed else (None, changed)
+
+
+def _read_record(out_dir: Path, item: BatchItem, recipe: dict) -> dict | None:
+    """The item's record when the item is complete (`_item_state`), else None."""
+    return _item_state(out_dir, item, recipe)[0]
 
 
 # ============================================================================================= the run
@@ -229,17 +311,36 @@ def _voice_for(model, processor, item: BatchItem):
     return None
 
 
-def _speak_group(model, processor, group: list[BatchItem], *, batch_size: int, max_chars: int, max_seconds,
-                 generate_kwargs: dict):
+def _voices(model, processor, items: list[BatchItem], known: dict, failed: list[str] | None) -> list[BatchItem]:
+    """Each item's voice into `known` (by output; resolved once), and the items whose voice could be made. A voice
+    that cannot (a damaged file, a dead URL) raises, or with `failed` (--keep-going) is reported there and its item
+    left out."""
+    usable = []
+    for item in items:
+        if item.output not in known:
+            try:
+                known[item.output] = voice = _voice_for(model, processor, item)
+                if voice is not None:  # its codes as the prompt takes them (codebooks, range, length), up front
+                    processor._codes(voice, f"the voice of line {item.line}")
+            except (ValueError, OSError) as error:
+                if failed is None:
+                    raise
+                failed.append(f"line {item.line} ({item.output}): {' '.join(str(error).split())}")
+                continue
+        usable.append(item)
+    return usable
+
+
+def _speak_group(model, processor, group: list[BatchItem], voices: dict, *, batch_size: int, max_chars: int,
+                 max_seconds, generate_kwargs: dict):
     """The items of `group` spoken together: their chunks go through the longform synthesis core in `generate` calls
-    of `batch_size`, each chunk with its item's voice (or its item's first chunk's) and seed `item.seed + k`; bad takes
-    redone as `synthesize_long` redoes them (`TAKE_OPTIONS` in `generate_kwargs`: the long-form core's).
-    Returns `[(item, waveform, chunks)]` in group order."""
+    of `batch_size`, each chunk with its item's voice (`voices`, by output; or its item's first chunk's) and seed
+    `item.seed + k`; bad takes redone as `synthesize_long` redoes them (`TAKE_OPTIONS` in `generate_kwargs`: the
+    long-form core's). Returns `[(item, waveform, chunks)]` in group order."""
     from ..longform_higgs_v3 import DEFAULT_PAUSE_SECONDS, SpeechJob, _Synthesizer, speech_jobs
 
-    jobs, voices = [], {}
+    jobs = []
     for position, item in enumerate(group):
-        voices[item.output] = _voice_for(model, processor, item)
         for k, job in enumerate(speech_jobs(processor, item.text, max_chars)):
             jobs.append(SpeechJob(job.text, len(jobs), voice_key=item.output, speaker=item.output,
                                   line_number=position, seed=item.seed + k))
@@ -247,7 +348,7 @@ def _speak_group(model, processor, group: list[BatchItem], *, batch_size: int, m
     generate_kwargs = {name: value for name, value in generate_kwargs.items() if name not in TAKE_OPTIONS}
     synthesizer = _Synthesizer(model, processor, pause_seconds=DEFAULT_PAUSE_SECONDS, batch_size=batch_size, seed=0,
                                max_seconds=max_seconds, progress=False, generate_kwargs=generate_kwargs, **takes)
-    result = synthesizer.speak(jobs, voices)
+    result = synthesizer.speak(jobs, {item.output: voices[item.output] for item in group})
     waveforms = result.line_waveforms()  # one per item: its chunks joined with the pause, in group order
     by_item = [[chunk for chunk in result.chunks if chunk.line_number == position] for position in range(len(group))]
     return [(item, waveform, chunks) for item, (_, waveform), chunks in zip(group, waveforms, by_item)]
@@ -264,18 +365,20 @@ def run_batch(
     max_seconds: float | None = None,
     state=None,
     progress: bool = True,
+    keep_going: bool = False,
     normalize: str | None = None,
     **generate_kwargs,
 ) -> BatchSummary:
     """Speak every pending item of `items` into `out_dir` (see the module docstring), this process's share of them when
-    `state` (an `accelerate.PartialState`) has several processes; with `normalize="en"` the texts' numbers spelled
-    out first (`normalize_text`: the records hold the spoken text). Returns the summary (complete on the main process:
-    the written lists of every process)."""
+    `state` (an `accelerate.PartialState`) has several processes. An item is pending when it has no complete record of
+    its line and of this run's `batch_recipe` (a changed model, dtype, limit or voice file speaks it again). The saved
+    voices of this process's items are checked before any generation; with `keep_going`, an item whose voice cannot be
+    made (a damaged voice or clip, a dead URL) is skipped and reported (`summary.failed`) instead of stopping the run.
+    With `normalize="en"` the texts' numbers are spelled out first (`normalize_text`: the records hold the spoken
+    text). Returns the summary (complete on the main process: the written lists of every process)."""
     from dataclasses import replace
 
-    from ..chunking_higgs_v3 import normalize_text
-
-    from ..chunking_higgs_v3 import DEFAULT_MAX_CHARS
+    from ..chunking_higgs_v3 import DEFAULT_MAX_CHARS, normalize_text
 
     began = time.perf_counter()
     out_dir = Path(out_dir)
@@ -285,27 +388,36 @@ def run_batch(
     items = [replace(item, text=normalize_text(item.text, normalize)) for item in items]
     items = _checked_items(processor, items, max_chars)
     (out_dir / RECORDS_DIR).mkdir(parents=True, exist_ok=True)
-    pending = [item for item in items if _read_record(out_dir, item) is None]
+    recipe = batch_recipe(model, max_seconds, max_chars, generate_kwargs)
+    states = [_item_state(out_dir, item, recipe) for item in items]
+    pending = [item for item, (record, _) in zip(items, states) if record is None]
+    redone: dict[str, int] = {}
+    for what in (what for _, changed in states for what in changed):
+        redone[what] = redone.get(what, 0) + 1
     rank, world, mine = _share(state, pending)
-    written, seconds = [], 0.0
+    written, seconds, voices, failed = [], 0.0, {}, [] if keep_going else None
+    mine = _voices(model, processor, [item for item in mine if item.voice is not None], voices, failed) + [
+        item for item in mine if item.voice is None]  # saved voices: cheap, checked before any generation
+    mine.sort(key=lambda item: item.line)
     bar = _progress_bar(len(mine), rank, world) if progress else None
     try:
         for start in range(0, len(mine), batch_size):
-            spoken = _speak_group(model, processor, mine[start:start + batch_size], batch_size=batch_size,
-                                  max_chars=max_chars, max_seconds=max_seconds, generate_kwargs=generate_kwargs)
+            group = _voices(model, processor, mine[start:start + batch_size], voices, failed)
+            spoken = _speak_group(model, processor, group, voices, batch_size=batch_size, max_chars=max_chars,
+                                  max_seconds=max_seconds, generate_kwargs=generate_kwargs) if group else []
             for item, waveform, chunks in spoken:
-                seconds += _write_item(out_dir, item, waveform, chunks, model.config.sampling_rate, rank)
+                seconds += _write_item(out_dir, item, waveform, chunks, model.config.sampling_rate, rank, recipe)
                 written.append(item.output)
-                if bar is not None:
-                    bar.update(1)
+            if bar is not None:
+                bar.update(len(mine[start:start + batch_size]))
     finally:
         if bar is not None:
             bar.close()
-    all_written, seconds = _gather(state, world, rank, written, seconds)
+    all_written, seconds, all_failed = _gather(state, world, rank, written, seconds, failed or [])
     summary = BatchSummary(total=len(items), written=all_written, skipped=len(items) - len(pending),
-                           audio_seconds=seconds)
+                           audio_seconds=seconds, redone=redone, failed=all_failed)
     if rank == 0:
-        summary.unfinished = _write_results(out_dir, items)
+        summary.unfinished = _write_results(out_dir, items, recipe)
     summary.wall_seconds = time.perf_counter() - began
     return summary
 
@@ -335,23 +447,26 @@ def _share(state, pending: list[BatchItem]) -> tuple[int, int, list[BatchItem]]:
         return state.process_index, state.num_processes, list(share)
 
 
-def _gather(state, world: int, rank: int, written: list[str], seconds: float) -> tuple[dict[int, list[str]], float]:
-    """Every process's written outputs (by rank) and the seconds of audio they wrote, on the main process."""
+def _gather(state, world: int, rank: int, written: list[str], seconds: float, failed: list[str]
+            ) -> tuple[dict[int, list[str]], float, list[str]]:
+    """Every process's written outputs (by rank), the seconds of audio they wrote and their failed items, on the main
+    process."""
     if state is None or world == 1:
-        return {rank: written}, seconds
+        return {rank: written}, seconds, failed
     from accelerate.utils import gather_object
 
-    gathered = gather_object([(rank, written, seconds)])
+    gathered = gather_object([(rank, written, seconds, failed)])
     state.wait_for_everyone()
-    return {r: names for r, names, _ in gathered}, sum(s for _, _, s in gathered)
+    return ({r: names for r, names, _, _ in gathered}, sum(s for _, _, s, _ in gathered),
+            [line for *_, lines in gathered for line in lines])
 
 
-def _write_results(out_dir: Path, items: list[BatchItem]) -> list[str]:
+def _write_results(out_dir: Path, items: list[BatchItem], recipe: dict) -> list[str]:
     """`results.jsonl`: the record of every complete item, in manifest order, written atomically. Returns the outputs
     whose speech was cut at the length limit."""
     from ..audio_io_higgs_v3 import atomic_output
 
-    records = [record for record in (_read_record(out_dir, item) for item in items) if record is not None]
+    records = [record for record in (_read_record(out_dir, item, recipe) for item in items) if record is not None]
     with atomic_output(out_dir / RESULTS_FILE) as temporary:
         temporary.write_text("\n".join(json.dumps(record, ensure_ascii=False) for record in records) + "\n",
                              encoding="utf-8")
@@ -409,9 +524,10 @@ def _check_chunk_seeds(processor, item: BatchItem, max_chars: int) -> None:
     check_seed(item.seed + last, f"The seed of line {item.line}'s last chunk (seed + {last})")
 
 
-def _write_item(out_dir: Path, item: BatchItem, waveform, chunks, sampling_rate: int, rank: int) -> float:
-    """The item's audio (`save_audio`, itself atomic), then its record, written atomically. Returns its duration in
-    seconds."""
+def _write_item(out_dir: Path, item: BatchItem, waveform, chunks, sampling_rate: int, rank: int,
+                recipe: dict | None = None) -> float:
+    """The item's audio (`save_audio`, itself atomic), then its record (its line, and the run's `recipe`), written
+    atomically. Returns its duration in seconds."""
     from ..audio_io_higgs_v3 import atomic_output, save_audio
 
     save_audio(waveform, out_dir / item.output, sampling_rate)
@@ -422,6 +538,7 @@ def _write_item(out_dir: Path, item: BatchItem, waveform, chunks, sampling_rate:
         "unfinished_chunks": [k for k, chunk in enumerate(chunks) if not chunk.finished],
         "chunk_seeds": [chunk.seed for chunk in chunks], "chunk_attempts": [len(chunk.attempts) for chunk in chunks],
         "failed_chunks": [k for k, chunk in enumerate(chunks) if chunk.problem is not None], "process": rank,
+        "recipe": recipe,
     }
     with atomic_output(_record_path(out_dir, item)) as temporary:
         temporary.write_text(json.dumps(record, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
@@ -443,7 +560,7 @@ def cmd_batch(args) -> int:
     summary, main_process = batch_from_args(args)
     if main_process:
         print(summary.line())
-    return 0
+    return 1 if summary.failed else 0
 
 
 def batch_from_args(args) -> tuple[BatchSummary, bool]:
@@ -454,6 +571,7 @@ def batch_from_args(args) -> tuple[BatchSummary, bool]:
     from ..longform_higgs_v3 import rows_for_max_seconds
     from ..sampling_higgs_v3 import check_seed
 
+    check_launch()
     check_seed(args.seed, "--seed")
     if args.max_seconds is not None:  # longform's bound of one chunk (the codec's rates, the default positions)
         rows_for_max_seconds(args.max_seconds, HiggsAudioV3AudioSpec(), MAX_POSITIONS, name="--max-seconds")
@@ -481,8 +599,8 @@ def batch_from_args(args) -> tuple[BatchSummary, bool]:
     if args.model == TINY_RANDOM and max_seconds is None:
         max_seconds = TINY_RANDOM_MAX_SECONDS
     summary = run_batch(model, processor, items, out_dir, batch_size=args.batch_size, max_seconds=max_seconds,
-                        state=state, progress=not args.no_progress, normalize=getattr(args, "normalize", None),
-                        **_take_options(args, model))
+                        state=state, progress=not args.no_progress, keep_going=getattr(args, "keep_going", False),
+                        normalize=getattr(args, "normalize", None), **_take_options(args, model))
     return summary, state.is_main_process
 
 
@@ -492,14 +610,24 @@ def _take_options(args, model) -> dict:
     `--max-wer`."""
     from .models import TINY_RANDOM, TINY_RANDOM_RETRIES
 
-    options = {name: getattr(args, name) for name in ("retries", "max_wer") if getattr(args, name, None) is not None}
+    options = {} if getattr(args, "retries", None) is None else {"retries": args.retries}
     if getattr(args, "retries", None) is None and args.model == TINY_RANDOM:
         options["retries"] = TINY_RANDOM_RETRIES
     if getattr(args, "verify", None):
         from ..evaluation.scoring import load_asr
 
-        options["verify"] = load_asr(args.verify, str(model.device))
+        options |= {"verify": load_asr(args.verify, str(model.device)), "max_wer": args.max_wer}
     return options
+
+
+def check_launch() -> None:
+    """Refuse the one process that `accelerate launch --num_processes N` (N > 1) starts on a machine without several
+    GPUs unless given `--multi_gpu`: its simple launcher sets MASTER_ADDR for the N processes but starts one (no
+    WORLD_SIZE), which would silently do all the work alone."""
+    if os.environ.get("ACCELERATE_MIXED_PRECISION") and os.environ.get("MASTER_ADDR") and "WORLD_SIZE" not in os.environ:
+        raise ValueError("accelerate launch started ONE process although --num_processes asked for more (its default "
+                         "launcher does so on a machine without several GPUs); add --multi_gpu to start them all (on a "
+                         "CPU they use torch's gloo backend), or run without --num_processes.")
 
 
 def _has_accelerator() -> bool:
@@ -517,7 +645,10 @@ __all__ = [
     "RESULTS_FILE",
     "assign_default_seeds",
     "batch_from_args",
+    "batch_recipe",
+    "check_launch",
     "cmd_batch",
+    "model_fingerprint",
     "read_manifest",
     "run_batch",
 ]

@@ -16,6 +16,8 @@ Only the standard library is imported at module level.
 
 from __future__ import annotations
 
+import sys
+
 
 def cmd_convert(args) -> int:
     """Convert (or export, `--to-original`), print what was written, ignored and verified, push when asked."""
@@ -40,6 +42,7 @@ def cmd_convert(args) -> int:
         codec_config=read_codec_config_file(args.codec_config) if args.codec_config else None,
         without_codec=args.without_codec,
         repo_id=args.push_to_hub,
+        progress=lambda message: print(message, file=sys.stderr, flush=True),
     )
     print_summary(result)
     if args.push_to_hub:
@@ -72,7 +75,8 @@ def _export(args) -> int:
 
     result = export_to_original(args.input, args.output, dtype=args.dtype,
                                 max_shard_size=args.max_shard_size or DEFAULT_MAX_SHARD_SIZE,
-                                overwrite=args.overwrite, original=args.original)
+                                overwrite=args.overwrite, original=args.original,
+                                progress=lambda message: print(message, file=sys.stderr, flush=True))
     print(f"Exported {result.num_tensors} tensors ({result.dtype}) in the original layout into {result.output_dir} "
           f"({', '.join(result.shards)}).")
     for name, how in sorted(result.filled.items()):

@@ -139,6 +139,7 @@ def build_parser(convert_prog: str | None = None) -> argparse.ArgumentParser:
     tiny.add_argument("--no-codec", action="store_true", help="leave the codec out")
     tiny.set_defaults(run=cmd_make_tiny, quiet_libraries=True)
     _add_finetune_parser(commands)
+    _add_serve_parser(commands)
     tags = commands.add_parser("tags", help="list the inline control tags",
                                description="List the inline control tags of the model's tokenizer.")
     tags.add_argument("--model", default=os.environ.get("HIGGS_V3_MODEL", TINY_RANDOM),
@@ -200,6 +201,9 @@ def _add_batch_parser(commands) -> None:
     batch.add_argument("--seed", type=_number("--seed", int), default=0,
                        help="base seed of the items without one (their index added, then moved past the seeds other "
                        "items' chunks use)")
+    batch.add_argument("--keep-going", action="store_true",
+                       help="skip an item whose voice or reference cannot be used (a damaged file, a dead URL) and "
+                       "report it at the end (exit code 1), instead of stopping there")
     _add_take_options(batch)
     _add_verify_options(batch)
     batch.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -231,6 +235,46 @@ def _add_eval_parser(commands) -> None:
     _add_take_options(evaluate)
     evaluate.add_argument("--no-progress", action="store_true", help="no progress bars")
     evaluate.set_defaults(run=cmd_eval, quiet_libraries=True)
+
+
+def _add_serve_parser(commands) -> None:
+    serve = commands.add_parser(
+        "serve", help="serve OpenAI's speech API (POST /v1/audio/speech) over HTTP, with dynamic batching",
+        description="Serve the model over HTTP: OpenAI's speech API (/v1/audio/speech, streaming included), saved "
+        "voices, and a WebSocket that speaks text as it arrives. Needs the serve extra: pip install 'higgs-v3[serve]'.")
+    serve.add_argument("--model", default=os.environ.get("HIGGS_V3_MODEL", DEFAULT_MODEL),
+                       help="tiny-random, a converted or original folder, or a Hub repo id")
+    serve.add_argument("--served-model-name", nargs="+", default=None, metavar="NAME",
+                       help="the id(s) clients may send as `model`, the first listed by /v1/models (default: --model)")
+    serve.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    serve.add_argument("--port", type=_positive("--port", int), default=8000)
+    serve.add_argument("--api-key", default=None, help="required as 'Authorization: Bearer KEY' on every route "
+                       "(default: $HIGGS_V3_API_KEY; none: no check)")
+    serve.add_argument("--voices-dir", default=None, help="folder of saved voices (default: $HF_HOME/higgs_v3/voices)")
+    serve.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
+    serve.add_argument("--dtype", default="auto", choices=["auto", *DTYPES])
+    serve.add_argument("--max-batch-size", type=_positive("--max-batch-size", int), default=8,
+                       help="most chunks in one generate call (default 8)")
+    serve.add_argument("--batch-wait-ms", type=_number("--batch-wait-ms", float, "0 or more", lambda x: x >= 0),
+                       default=10.0, help="how long a batch waits for more requests (default 10 ms)")
+    serve.add_argument("--max-queue", type=_positive("--max-queue", int), default=64,
+                       help="chunks waiting at most; beyond it requests get 503 with Retry-After (default 64)")
+    serve.add_argument("--max-input-chars", type=_positive("--max-input-chars", int), default=4096,
+                       help="longest input per request (413 beyond; default 4096, as OpenAI's)")
+    serve.add_argument("--max-body-bytes", type=_positive("--max-body-bytes", int), default=16 * 1024 * 1024,
+                       help="largest request body or upload (413 beyond; default 16 MiB)")
+    serve.add_argument("--max-seconds", type=_positive("--max-seconds"), default=None,
+                       help="default audio limit per chunk (a request's max_seconds overrides it)")
+    serve.add_argument("--allow-url-references", action="store_true",
+                       help="let reference_audio be an http(s) URL that the server fetches (off: base64 only)")
+    serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    serve.set_defaults(run=_cmd_serve, quiet_libraries=True)
+
+
+def _cmd_serve(args) -> int:
+    from ..serving.server import cmd_serve
+
+    return cmd_serve(args)
 
 
 def _add_finetune_parser(commands) -> None:
@@ -286,7 +330,9 @@ def cmd_finetune(args) -> int:
             print(message, file=sys.stderr, flush=True)
 
     from ..training.finetune import FinetuneRun
+    from .batch import check_launch
 
+    check_launch()
     run = FinetuneRun(
         data=args.data, model=args.model, output=args.output, lora=args.lora, lora_rank=args.lora_rank,
         epochs=args.epochs, max_steps=args.max_steps, learning_rate=args.learning_rate, batch_size=args.batch_size,
@@ -299,8 +345,13 @@ def cmd_finetune(args) -> int:
     )
     summary = run.run()
     held = f", held-out loss {summary['eval_loss']:.4f}" if "eval_loss" in summary else ""
-    print(f"Fine-tuned {summary['steps']} steps in {summary['seconds']:.1f} s: training loss "
-          f"{summary['train_loss']:.4f}{held}; model in {summary['model']}"
+    loss = "n/a" if summary["train_loss"] is None else f"{summary['train_loss']:.4f}"
+    if summary["resumed_step"] and not summary["steps_now"]:  # a finished run resumed: nothing trained now
+        done = f"Nothing to train: the run had finished at step {summary['steps']} (last training loss {loss}{held})"
+    else:
+        resumed = f", resumed at step {summary['resumed_step']}," if summary["resumed_step"] else ""
+        done = f"Fine-tuned {summary['steps']} steps{resumed} in {summary['seconds']:.1f} s: training loss {loss}{held}"
+    print(f"{done}; model in {summary['model']}"
           + (f", adapter in {summary['adapter']}" if "adapter" in summary else "")
           + (f", sample {summary['sample']}" if summary.get("sample") else "")
           + (f"; pushed {summary['pushed']}" if summary.get("pushed") else "")

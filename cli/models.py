@@ -96,6 +96,14 @@ def ensure_tiny_random(log=None) -> Path:
     return target
 
 
+def tiny_random() -> str:
+    """The folder of the tiny demo model, by name in a notebook (`higgs_v3.tiny_random()`; `--model tiny-random` on
+    the command line): random weights, so **its audio is noise**; built once on first use (`ensure_tiny_random`),
+    offline. Load it as any converted repo: `AutoModel.from_pretrained(path, trust_remote_code=True)`, and the
+    processor or `pipeline("text-to-speech", model=path, trust_remote_code=True)` likewise."""
+    return str(ensure_tiny_random())
+
+
 # ------------------------------------------------------------------------------------------------- model names
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
@@ -143,9 +151,7 @@ def resolve_model(name: str, log=None) -> Path:
 def _convert_original(name: str, log) -> Path:
     from ..conversion.cache import converted_path
 
-    if log is not None:
-        log(f"{name} is an original checkpoint: converting it once into the local cache (this takes a while)...")
-    return converted_path(name)
+    return converted_path(name, progress=log)  # which says so only when it converts
 
 
 def _device(name: str):
@@ -247,6 +253,7 @@ __all__ = [
     "load_model",
     "load_processor",
     "resolve_model",
+    "tiny_random",
     "tiny_random_dir",
     "write_tiny_random",
 ]

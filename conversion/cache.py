@@ -18,6 +18,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from transformers import PretrainedConfig
@@ -57,12 +59,15 @@ def converted_path(
     dtype: str = "bfloat16",
     codec_config: dict | None = None,
     verify: bool = True,
+    progress: Callable[[str], None] | None = None,
 ) -> Path:
     """Convert an original checkpoint once into `cache_dir` (default `default_cache_dir()`) and return the converted
     folder; later calls with the same source (same files, same revision), dtype and codec config return the cached
     folder at once. An entry ends with a completion marker (sizes and sha256 of its files,
     `conversion/folders`): an entry without it, or with a file missing or of another size, is reported in one
-    warning and converted again; concurrent calls for one entry convert it once (a lock on the cache folder)."""
+    warning and converted again; concurrent calls for one entry convert it once (a lock on the cache folder).
+    `progress`, when given, hears that a conversion starts (only then: a cached entry is returned silently) and
+    each of its steps (`convert`'s)."""
     source_dir = resolve_input(repo_or_dir, revision=revision).resolve()
     cache = Path(cache_dir) if cache_dir is not None else default_cache_dir()
     target = cache / f"{source_dir.name}-{_cache_key(source_dir, dtype, codec_config)}"
@@ -76,7 +81,11 @@ def converted_path(
             if problem is None:  # converted by a concurrent call while this one waited
                 return target
             logger.warning(f"The cached conversion {str(target)!r} is damaged ({problem}); converting it again.")
-        convert(source_dir, target, dtype=dtype, overwrite=True, verify=verify, codec_config=codec_config)
+        if progress is not None:
+            progress(f"{source_dir.name} is an original checkpoint: converting it once into the local cache "
+                     f"{str(target)!r} (this takes a while; later runs load it from there)...")
+        convert(source_dir, target, dtype=dtype, overwrite=True, verify=verify, codec_config=codec_config,
+                progress=progress)
         write_complete(target)
     return target
 
@@ -90,21 +99,22 @@ def from_original(
     codec_config: dict | None = None,
     verify: bool = True,
     with_processor: bool = False,
+    progress: bool = True,
     **from_pretrained_kwargs,
 ):
     """Load the original checkpoint (Hub id such as `bosonai/higgs-audio-v3-tts-4b`, or a local folder) as a
     `HiggsAudioV3ForConditionalGeneration`: converted and verified once into a local cache, then loaded from there.
     With `with_processor=True`, returns the pair `(model, processor)` (the `HiggsAudioV3Processor` of the same
-    converted folder); else the model alone.
+    converted folder); else the model alone. The first call's conversion says each step on stderr (`progress=False`:
+    silent).
 
     >>> model, processor = from_original("bosonai/higgs-audio-v3-tts-4b", with_processor=True)  # doctest: +SKIP
     >>> model.generate(**processor("Hello there."), return_dict_in_generate=True).audio  # doctest: +SKIP
     """
     from ..modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
 
-    path = converted_path(
-        repo_or_dir, cache_dir, revision=revision, dtype=dtype, codec_config=codec_config, verify=verify
-    )
+    path = converted_path(repo_or_dir, cache_dir, revision=revision, dtype=dtype, codec_config=codec_config,
+                          verify=verify, progress=_to_stderr if progress else None)
     from_pretrained_kwargs.setdefault("dtype", "auto")
     model = HiggsAudioV3ForConditionalGeneration.from_pretrained(path, **from_pretrained_kwargs)
     if not with_processor:
@@ -112,6 +122,12 @@ def from_original(
     from ..processing_higgs_v3 import HiggsAudioV3Processor
 
     return model, HiggsAudioV3Processor.from_pretrained(path)
+
+
+def _to_stderr(message: str) -> None:
+    """`from_original`'s progress: a conversion takes minutes on the real checkpoint, so each step is a line on stderr
+    (as transformers' own progress bars are), never on stdout."""
+    print(f"from_original: {message}", file=sys.stderr, flush=True)
 
 
 # *** Higgs v3 specific: the original repo has no `auto_map`, so `AutoProcessor.from_pretrained` on it would quietly

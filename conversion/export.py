@@ -42,6 +42,7 @@ import math
 import os
 import re
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -419,6 +420,7 @@ def export_to_original(
     max_shard_size: int | str = "5GB",
     overwrite: bool = False,
     original: str | os.PathLike | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> ExportResult:
     """Write the converted repo at `input_dir` (a converter output, or a fine-tuned / LoRA-merged model saved with
     `save_pretrained` next to its tokenizer files) in the original checkpoint layout into `output_dir`.
@@ -426,7 +428,8 @@ def export_to_original(
     `dtype`: every tensor's dtype (`bfloat16`, the original's, by default). `original`: the original checkpoint the
     repo came from, for the one tensor the converter drops (else zeros), and for the chat template when the repo has
     only the TTS one (else none is written, with a warning). A non-empty `output_dir` is refused unless `overwrite`;
-    what a killed export left beside it is cleaned up first. Raises `ConversionError` with the reason.
+    what a killed export left beside it is cleaned up first. `progress`, when given, hears one line per step once the
+    input is read. Raises `ConversionError` with the reason.
 
     >>> result = export_to_original("higgs-audio-v3-hf", "higgs-audio-v3-original")  # doctest: +SKIP
     >>> result.num_tensors  # doctest: +SKIP
@@ -443,9 +446,15 @@ def export_to_original(
     original_dir = Path(original).expanduser() if original is not None else None
     planned, filled = _plan(config, tensors, original_dir)
 
-    with staged_folder(output, "exporting", overwrite=overwrite) as staging:
+    needed = sum(math.prod(p.shape) for p in planned) * torch_dtype.itemsize + sum(  # the weights and other files
+        path.stat().st_size for path in source.iterdir() if path.is_file() and path.suffix != ".safetensors")
+    progress = progress or (lambda message: None)
+    with staged_folder(output, "exporting", overwrite=overwrite, needed=needed) as staging:
+        progress(f"Read {str(source)!r}; writing {len(planned)} tensors in the original layout into {staging.name}...")
         shards = _write_weights(planned, torch_dtype, staging, max_shard_size)
+        progress("Writing the config, tokenizer and codec config...")
         filled.update(_write_other_files(source, config, staging, dtype, original_dir))
+        progress("Verifying: reading every written tensor back...")
         _verify(planned, torch_dtype, staging)
     return ExportResult(output, len(planned), shards, filled, dtype)
 

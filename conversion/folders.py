@@ -27,6 +27,7 @@ marker is missing, or whose files are missing or of another size (or, when asked
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -179,18 +180,80 @@ def check_outside(source: Path, output: Path) -> None:
         )
 
 
+# ----------------------------------------------------------------------------------------------------- full disks
+_DISK_FULL_WORDS = ("No space left on device", "os error 28", "Disk quota exceeded", "os error 122")
+"""How the writers' own errors (safetensors' `SafetensorError`, libsndfile's, torch's) say the disk is full."""
+
+
+def _free_bytes(path: Path) -> int | None:
+    """Free bytes on the file system of `path` (its nearest existing folder), None when it cannot be told."""
+    for folder in (path, *path.parents):
+        with contextlib.suppress(OSError):
+            if folder.is_dir():
+                return shutil.disk_usage(folder).free
+    return None
+
+
+def _size(count: float) -> str:
+    for unit in ("bytes", "KB", "MB", "GB"):
+        if count < 1000 or unit == "GB":
+            return f"{count:.0f} {unit}" if unit == "bytes" else f"{count:.1f} {unit}"
+        count /= 1000
+    return ""  # pragma: no cover
+
+
+def is_disk_full(error: BaseException, path: Path) -> bool:
+    """Whether `error`, raised while writing under `path`, is a full disk (or quota): an `OSError` with ENOSPC or
+    EDQUOT, a writer's error that says so (`_DISK_FULL_WORDS`), or torch's failed write (its zip writer's "file write
+    failed", "unexpected pos") with under 1 MB left on the disk."""
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    text = str(error)
+    if any(words in text for words in _DISK_FULL_WORDS):
+        return True
+    torch_write = "inline_container" in text or "PytorchStreamWriter" in text or "write failed" in text
+    return torch_write and (free := _free_bytes(path)) is not None and free < 1_000_000
+
+
+def disk_full_error(path: Path, what: str, needed: int | None = None, kept: str = "nothing was written",
+                    wrote: int = 0) -> OSError:
+    """THE message of a full disk: what was being written where, the space it needs (when known; else what it had
+    written when the disk filled) and the space free there, what was kept; an `OSError` (errno ENOSPC) whose text is
+    that one line."""
+    free = _free_bytes(path)
+    need = (f"it needs about {_size(needed)}" if needed else
+            f"{_size(wrote)} were written when the disk filled" if wrote else "the disk is full")
+    free = f", {_size(free)} free there" if free is not None else ""
+    error = OSError(f"No space left on device while writing {what} {str(path)!r} ({need}{free}); {kept}. Free some "
+                    "space or choose a folder on another disk.")
+    error.errno = errno.ENOSPC
+    return error
+
+
+def folder_size(staging: Path) -> int:
+    """The bytes of the files in a folder (0 when it is gone)."""
+    return sum(path.stat().st_size for path in staging.rglob("*") if path.is_file())
+
+
 @contextlib.contextmanager
-def staged_folder(output: Path, kind: str, *, overwrite: bool = True) -> Iterator[Path]:
+def staged_folder(output: Path, kind: str, *, overwrite: bool = True, needed: int | None = None) -> Iterator[Path]:
     """Write the folder `output` whole: what dead runs left beside it is cleaned up (`clean_stale_siblings`), a new
     staging folder of `kind` is claimed beside it and yielded; when the block ends without an error it is swapped into
     place (`swap_into_place`), else removed and `output` left as it was. Without `overwrite`, an `output` that became
     non-empty while the block ran (another run's) is not replaced: a `ConversionError` that says so.
+
+    `needed`, the bytes the folder will take when known (its weights): less free space than that is refused before
+    anything is written. A full disk while writing (`is_disk_full`) is the one-line `disk_full_error`, the staging
+    folder removed.
 
     >>> with staged_folder(Path("out/model"), "saving") as staging:  # doctest: +SKIP
     ...     model.save_pretrained(staging)
     """
     output.parent.mkdir(parents=True, exist_ok=True)
     clean_stale_siblings(output)
+    what, kept = f"the {STAGING_KINDS[kind]}'s output", "the previous output, if any, is unchanged"
+    if needed and (free := _free_bytes(output.parent)) is not None and free < needed:
+        raise disk_full_error(output, what, needed, f"nothing was written; {kept}")
     staging = staging_folder(output, kind)
     try:
         yield staging
@@ -198,8 +261,12 @@ def staged_folder(output: Path, kind: str, *, overwrite: bool = True) -> Iterato
             raise ConversionError(f"The output folder {str(output)!r} became non-empty during the "
                                   f"{STAGING_KINDS[kind]}; not replacing it.")
         swap_into_place(staging, output)
-    except BaseException:
+    except BaseException as error:
+        full = not isinstance(error, KeyboardInterrupt) and is_disk_full(error, staging)
+        written = folder_size(staging) if full else 0
         shutil.rmtree(staging, ignore_errors=True)
+        if full:
+            raise disk_full_error(output, what, needed, f"the part written was removed; {kept}", written) from error
         raise
 
 
@@ -236,9 +303,11 @@ def _files(folder: Path) -> Iterator[Path]:
             yield path
 
 
-def write_complete(folder: Path) -> Path:
-    """Write `COMPLETE_FILE` into `folder` (sizes and sha256 of its other files), atomically."""
-    files = {path.relative_to(folder).as_posix(): {"size": path.stat().st_size, "sha256": _sha256(path)}
+def write_complete(folder: Path, checksums: bool = True) -> Path:
+    """Write `COMPLETE_FILE` into `folder` (sizes and sha256 of its other files; without `checksums`, sizes only, the
+    sha256 null: a training checkpoint of tens of GB would take minutes to hash), atomically."""
+    files = {path.relative_to(folder).as_posix(): {"size": path.stat().st_size,
+                                                    "sha256": _sha256(path) if checksums else None}
              for path in _files(folder)}
     marker = folder / COMPLETE_FILE
     with atomic_output(marker) as temporary:
@@ -253,7 +322,7 @@ def check_complete(folder: Path, checksums: bool = False) -> str | None:
         files = json.loads((folder / COMPLETE_FILE).read_text(encoding="utf-8"))["files"]
         entries = [(name, int(entry["size"]), str(entry["sha256"])) for name, entry in files.items()]
     except FileNotFoundError:
-        return "it has no completion marker (its conversion did not finish)"
+        return "it has no completion marker (it was not written to the end)"
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return "its completion marker is damaged"
     for name, size, sha256 in entries:
@@ -275,7 +344,10 @@ __all__ = [
     "check_complete",
     "check_outside",
     "clean_stale_siblings",
+    "disk_full_error",
+    "is_disk_full",
     "folder_lock",
+    "folder_size",
     "output_folder",
     "staged_folder",
     "staging_folder",

@@ -369,6 +369,44 @@ def write_model_card(
     (output / "README.md").write_text(text, encoding="utf-8")
 
 
+FINETUNED_MODEL_CARD = """---
+library_name: transformers
+pipeline_tag: text-to-speech
+license: other
+license_name: {license_name}
+license_link: {license_link}
+tags:
+- text-to-speech
+- audio
+- higgs-audio
+- custom_code
+---
+
+# Higgs Audio v3 TTS, fine-tuned
+
+Fine-tuned from `{base_model}` with higgs-v3 (the weights, the tokenizer, the processor, the codec and the model code,
+`trust_remote_code=True`). The weights derive from Boson AI's and come under the original license ({license_name},
+see [LICENSE]({license_link})): **non-commercial use only**. The model code in the `.py` files is Apache-2.0.
+
+```python
+from transformers import AutoModel, AutoProcessor
+
+model = AutoModel.from_pretrained("path/to/this/folder", trust_remote_code=True, dtype="auto")
+processor = AutoProcessor.from_pretrained("path/to/this/folder", trust_remote_code=True)
+output = model.generate(**processor("Hello in the new voice."), seed=0, return_dict_in_generate=True)
+```
+"""
+
+
+def write_finetuned_model_card(output: Path, base: Path | None, base_model: str) -> None:
+    """The model card `README.md` of a fine-tuned repo: the base's license terms (its card's front matter, else the
+    original's), what it was fine-tuned from, and how to load it."""
+    copied_license = (output / "LICENSE").is_file()
+    license_name, license_link = _license_front_matter(base if base is not None else output, copied_license)
+    text = FINETUNED_MODEL_CARD.format(license_name=license_name, license_link=license_link, base_model=base_model)
+    (output / "README.md").write_text(text, encoding="utf-8")
+
+
 def check_output_folder(output: Path) -> None:
     """Raise a `ConversionError` unless `output` holds a complete converted repo: config with `auto_map`, every code
     file the config's and the processor's `auto_map` name (and their relative imports, recursively), weights,
@@ -454,24 +492,24 @@ def _can_connect(host: str, port: int, timeout: float) -> bool:
         return False
 
 
-def check_hub_push(repo_id: str, token: str | None = None) -> str:
-    """Before a long conversion: the Hub answers and a token is there and valid (`HfApi.whoami`). Returns the user
-    name; raises a `ConversionError` that says what to do."""
+def check_hub_push(repo_id: str, token: str | None = None, done: str = "converted") -> str:
+    """Before a long conversion (or fine-tuning: `done="trained"`): the Hub answers and a token is there and valid
+    (`HfApi.whoami`). Returns the user name; raises a `ConversionError` that says what to do."""
     from huggingface_hub import HfApi, get_token
 
     offline = hub_offline_reason()
     if offline is not None:
-        raise ConversionError(f"--push-to-hub {repo_id} needs the Hub, but {offline}; nothing was converted. Connect "
-                              "and run again, or convert without --push-to-hub and upload the folder later.")
+        raise ConversionError(f"--push-to-hub {repo_id} needs the Hub, but {offline}; nothing was {done}. Connect "
+                              "and run again, or run without --push-to-hub and upload the folder later.")
     if token is None and get_token() is None:
         raise ConversionError(f"--push-to-hub {repo_id} needs a Hugging Face login, and there is none; nothing was "
-                              "converted. Run `hf auth login` (or set HF_TOKEN) and run again.")
+                              f"{done}. Run `hf auth login` (or set HF_TOKEN) and run again.")
     try:
         user = HfApi(token=token).whoami()
     except Exception as error:  # an invalid token, or the Hub failing now
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise ConversionError(f"--push-to-hub {repo_id}: the Hub refused the login check ({reason}); nothing was "
-                              "converted. Run `hf auth login` (or set HF_TOKEN) and run again.") from error
+                              f"{done}. Run `hf auth login` (or set HF_TOKEN) and run again.") from error
     return str(user.get("name", "")) if isinstance(user, dict) else ""
 
 

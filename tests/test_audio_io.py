@@ -218,7 +218,7 @@ def test_save_audio_round_trip(tmp_path):
     for bad in (np.zeros((2, 10)), torch.zeros(1, 2, 10)):
         with pytest.raises(ValueError, match=re.escape(
             "save_audio writes one mono waveform of shape [samples] or [1, samples]; got shape "
-            f"{tuple(bad.shape)}."
+            f"{tuple(bad.shape)}. Several waveforms: give a list of them and a list of as many paths."
         )):
             save_audio(bad, tmp_path / "x.wav")
 

@@ -188,8 +188,9 @@ def test_default_seeds_avoid_every_other_chunks_seed_and_are_stable(tmp_path, to
         100, 102, 3, 103, 5, 105, 106]
     # run_batch speaks the items with the resolved seeds.
     spoken = []
-    monkeypatch.setattr(batch_cli, "_speak_group", lambda model, processor, group, **kwargs: spoken.extend(
+    monkeypatch.setattr(batch_cli, "_speak_group", lambda model, processor, group, voices, **kwargs: spoken.extend(
         (i.output, i.seed) for i in group) or [])
+    monkeypatch.setattr(batch_cli, "batch_recipe", lambda *args: {})  # it reads the model
     run_batch(_Unreachable(), processor, items, tmp_path / "out", max_chars=20, progress=False)
     assert spoken == [("a.wav", 0), ("b.wav", 2), ("c.wav", 3), ("d.wav", 4), ("e.wav", 5), ("f.wav", 7), ("g.wav", 8)]
     # A default range that would pass the seed limit is refused, naming the line.
@@ -272,7 +273,8 @@ def test_a_rerun_skips_complete_items_and_redoes_a_changed_one(one_process, tmp_
     items[2]["text"] = "A different text now."  # its record no longer matches: it is generated again
     code, out, err = _batch([str(_manifest(tmp_path, items)), "--out-dir", str(copy), *OPTIONS])
     assert code == 0, err
-    assert out.startswith("Batch: 8 items, 1 written now (process 0: 1), 7 already complete; ")
+    assert out.startswith("Batch: 8 items, 1 written now (process 0: 1) (spoken again as what produced them changed: "
+                          "text 1), 7 already complete; ")
     after = _stamps(copy)
     changed = sorted(name for name in before if after[name] != before[name])
     assert changed == [f"{RECORDS_DIR}/item2.wav.json", "item2.wav"]
@@ -326,6 +328,43 @@ def test_two_processes_killed_mid_way_then_resumed_give_the_one_process_audio(on
             k: v for k, v in _records(reference_dir)[name].items() if k != "process"}
 
 
+@pytest.mark.integration
+def test_reruns_redo_what_a_changed_recipe_made_and_keep_going_skips_a_dead_reference(tmp_path):
+    """A dead URL stops a run at its line (the items before it kept); `--keep-going` skips it and reports it (exit 1).
+    A voice file replaced at the same path, or another dtype, speaks the items made with the old one again, and the
+    summary says what changed."""
+    import socket
+
+    from higgs_v3.audio_io_higgs_v3 import HiggsAudioV3Voice
+
+    with socket.socket() as probe:  # a port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{probe.getsockname()[1]}/me.wav"
+    HiggsAudioV3Voice(codes=torch.randint(0, 16, (30, 8), generator=torch.Generator().manual_seed(0))).save(
+        tmp_path / "ann.safetensors")
+    manifest = _manifest(tmp_path, [{"text": "Hello there.", "output": "a", "seed": 1, "voice": "ann.safetensors"},
+                                    {"text": "Good morning!", "output": "b", "seed": 2},
+                                    {"text": "Thank you.", "output": "c", "seed": 3, "reference": dead}])
+    out_dir = str(tmp_path / "out")
+    code, out, err = _batch([str(manifest), "--out-dir", out_dir, *OPTIONS])
+    assert code == 2 and f"higgs-v3: error: Could not fetch reference audio URL '{dead}' (" in err
+    assert sorted(p.name for p in Path(out_dir).glob("*.wav")) == ["a.wav", "b.wav"]
+    code, out, err = _batch([str(manifest), "--out-dir", out_dir, *OPTIONS, "--keep-going"])
+    assert code == 1, err
+    assert out.startswith("Batch: 3 items, 0 written now (process 0: 0), 2 already complete; ")
+    assert out.rstrip().endswith(f"; 1 failed and skipped: line 3 (c.wav): Could not fetch reference audio URL "
+                                 f"'{dead}' ([Errno 111] Connection refused); check the address and the network, or "
+                                 "download the clip and pass its file path..")
+    HiggsAudioV3Voice(codes=torch.randint(0, 16, (30, 8), generator=torch.Generator().manual_seed(1))).save(
+        tmp_path / "ann.safetensors")  # another voice under the same name
+    code, out, err = _batch([str(manifest), "--out-dir", out_dir, *OPTIONS, "--keep-going"])
+    assert out.startswith("Batch: 3 items, 1 written now (process 0: 1) (spoken again as what produced them changed: "
+                          "voice file 1), 1 already complete; ")
+    code, out, err = _batch([str(manifest), "--out-dir", out_dir, *OPTIONS, "--keep-going", "--dtype", "bfloat16"])
+    assert out.startswith("Batch: 3 items, 2 written now (process 0: 2) (spoken again as what produced them changed: "
+                          "dtype 2), 0 already complete; ")
+
+
 def test_the_take_options_reach_every_group_of_a_run(processor, monkeypatch):
     """`run_batch(..., retries=0)` speaks its items in groups: each group's synthesizer gets the take options (not
     only the first's), and `generate` gets none of them."""
@@ -344,7 +383,7 @@ def test_the_take_options_reach_every_group_of_a_run(processor, monkeypatch):
     options = {"retries": 0, "max_wer": 0.2, "temperature": 0.9}
     items = [batch_cli.BatchItem(i + 1, "Hi.", f"{i}.wav", i) for i in range(2)]
     for item in items:  # one group each
-        batch_cli._speak_group(None, processor, [item], batch_size=1, max_chars=300, max_seconds=None,
-                               generate_kwargs=options)
+        batch_cli._speak_group(None, processor, [item], {item.output: None}, batch_size=1, max_chars=300,
+                               max_seconds=None, generate_kwargs=options)
     assert options == {"retries": 0, "max_wer": 0.2, "temperature": 0.9}
     assert [(o["retries"], o["max_wer"], o["generate_kwargs"]) for o in built] == [(0, 0.2, {"temperature": 0.9})] * 2

@@ -267,12 +267,12 @@ def test_speak_and_batch_pass_the_verify_pipeline_to_the_long_form_core(monkeypa
     request.synthesize(model, None)
     assert seen["verify"] == ("pipeline", "asr", "cpu") and seen["max_wer"] == 0.3
     args = build_parser().parse_args(["batch", "m.jsonl", "--out-dir", "o", "--verify", "asr", "--retries", "1"])
-    assert batch_cli._take_options(args, model) == {"retries": 1, "max_wer": 0.5, "verify": ("pipeline", "asr", "cpu")}
+    assert batch_cli._take_options(args, model) == {"retries": 1, "verify": ("pipeline", "asr", "cpu"), "max_wer": 0.5}
     args = build_parser().parse_args(["batch", "m.jsonl", "--out-dir", "o", "--model", "a/b"])
-    assert batch_cli._take_options(args, model) == {"max_wer": 0.5}
+    assert batch_cli._take_options(args, model) == {}
     # the random demo model's takes are not redone unless asked (TINY_RANDOM_RETRIES)
     args = build_parser().parse_args(["batch", "m.jsonl", "--out-dir", "o", "--model", "tiny-random"])
-    assert batch_cli._take_options(args, model) == {"max_wer": 0.5, "retries": 0}
+    assert batch_cli._take_options(args, model) == {"retries": 0}
     for argv, retries in ((["--model", "tiny-random"], 0), (["--model", "tiny-random", "--retries", "2"], 2),
                           (["--model", "a/b"], None)):
         request = SpeakRequest.from_args(build_parser().parse_args(["speak", "Hi.", *argv]))

@@ -398,7 +398,11 @@ def test_tuned_model_folder_is_written_whole_with_the_original_template(tmp_path
         save_full_repo(model, processor, staging, base=base)
     assert (folder / ORIGINAL_CHAT_TEMPLATE_FILE).read_text(encoding="utf-8") == "{{ original }}"
     assert (folder / "LICENSE").read_text() == "license text" and (folder / "NOTICE.md").read_text() == "notice text"
-    assert not (folder / "README.md").exists() and (folder / "model.safetensors").is_file()
+    assert (folder / "model.safetensors").is_file()
+    card = (folder / "README.md").read_text(encoding="utf-8")  # its own card, not the base's, with the base's license
+    assert card.startswith("---\nlibrary_name: transformers\npipeline_tag: text-to-speech\nlicense: other\n"
+                           "license_name: higgs-audio-v3-license\nlicense_link: LICENSE\n")
+    assert f"Fine-tuned from `{base}` with higgs-v3" in card and "not copied" not in card
     assert sorted(p.name for p in folder.parent.iterdir()) == ["model"]  # staging folder renamed, owner file gone
     assert not (folder / ".higgs_v3_owner.json").exists()
 
@@ -412,6 +416,8 @@ def test_tuned_model_folder_is_written_whole_with_the_original_template(tmp_path
     without = tmp_path / "plain"
     save_full_repo(model, processor, without, base=tmp_path / "out")  # a base without them: nothing copied
     assert not (without / ORIGINAL_CHAT_TEMPLATE_FILE).exists() and not (without / "LICENSE").exists()
+    assert ("license_link: https://huggingface.co/bosonai/higgs-audio-v3-tts-4b/blob/main/LICENSE\n"
+            in (without / "README.md").read_text(encoding="utf-8"))  # no license file: the original's terms, linked
 
 
 @pytest.mark.parametrize("argv, message", [

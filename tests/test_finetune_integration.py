@@ -164,6 +164,7 @@ def test_finetune_command(tmp_path, monkeypatch, capsys):
     pushed = []
     monkeypatch.setattr(repo_files, "push_folder_to_hub",
                         lambda folder, repo_id, **kw: pushed.append((folder, repo_id)) or f"https://hub/{repo_id}")
+    monkeypatch.setattr(repo_files, "check_hub_push", lambda repo_id, **kw: "me")  # checked before training
     out = tmp_path / "out"
     common = ["finetune", "--data", str(data), "--model", str(base), "--output", str(out), "--lora",
               "--learning-rate", "1e-2", "--held-out", "0.34", "--save-steps", "2", "--device", "cpu"]
@@ -217,11 +218,26 @@ def test_finetune_command(tmp_path, monkeypatch, capsys):
             return f"https://hub/{repo_id}/commit"
 
     monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
+    half = out / "checkpoint-5"  # a kill or a full disk while Trainer wrote it: no completion marker
+    shutil.copytree(out / "checkpoint-4", half)
+    (half / ".higgs_v3_complete.json").unlink()
+    (half / "trainer_state.json").unlink()
     assert cli_main.main([*common, "--max-steps", "6", "--resume", "--skip-invalid", "--bf16",
                               "--gradient-checkpointing", "--push-to-hub", "me/adapter", "--push-adapter",
                               "--sample-seconds", "0"]) == 0
     captured = capsys.readouterr()
     assert "Skipped line9: " in captured.err and "0 clips encoded, 3 from the cache" in captured.err
+    assert ("Ignoring checkpoint-5: it has no completion marker (it was not written to the end).\n"
+            "Resuming from checkpoint-4, the newest complete checkpoint.\n") in captured.err
     assert captured.out.startswith("Fine-tuned 6 steps") and "pushed https://hub/me/adapter/commit" in captured.out
     assert captured.out.rstrip().endswith("; skipped 1 bad item (line9).")
     assert (out / "checkpoint-6").is_dir() and pushed[1:] == [("create", "me/adapter"), (out / "adapter", "me/adapter")]
+    assert captured.out.startswith("Fine-tuned 6 steps, resumed at step 4, in ")
+
+    assert cli_main.main([*common, "--max-steps", "6", "--resume", "--skip-invalid", "--sample-seconds", "0"]) == 0
+    captured = capsys.readouterr()  # the finished run resumed: nothing trained, its own loss (not 0.0000)
+    assert "Resuming from checkpoint-6, the newest complete checkpoint." in captured.err
+    history = json.loads((out / "checkpoint-6" / "trainer_state.json").read_text())["log_history"]
+    loss = [entry["loss"] for entry in history if "loss" in entry][-1]
+    assert captured.out.startswith(f"Nothing to train: the run had finished at step 6 (last training loss {loss:.4f}, "
+                                   "held-out loss ")

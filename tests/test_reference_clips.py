@@ -24,6 +24,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -262,6 +263,42 @@ def test_url_refusals(processor, server, monkeypatch):
 
 
 # ----------------------------------------------------------------------------------------------- failure cases
+class DripHandler(http.server.BaseHTTPRequestHandler):
+    """Announces 1000 bytes, then sends one every 0.1 s (a server that never gives up, and never finishes)."""
+
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", "1000")
+        self.end_headers()
+        for _ in range(50):  # 5 s at most, so the thread ends
+            self.wfile.write(b"R")
+            self.wfile.flush()
+            time.sleep(0.1)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_slow_drip_url_is_given_up_at_the_whole_downloads_deadline(processor, monkeypatch):
+    """Each byte comes well within the per-operation timeout, so only the deadline of the whole download
+    (`REFERENCE_URL_DEADLINE`, 0.5 s here) ends it: `processor(reference=url)`, the chat's `url` items, `--ref-audio`
+    and batch `reference` all read URLs through `audio_io_higgs_v3._fetch`, the one reader."""
+    httpd = QuietServer(("127.0.0.1", 0), DripHandler)
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}/drip.wav"
+    monkeypatch.setattr(audio_io_higgs_v3, "REFERENCE_URL_DEADLINE", 0.5)
+    try:
+        started = time.monotonic()
+        with pytest.raises(ValueError) as error:
+            processor(TEXT, reference=url)
+        assert 0.5 <= time.monotonic() - started < 1.5
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert str(error.value) == (f"Could not fetch reference audio URL {url!r} (not downloaded within 0.5 s); check the "
+                                "address and the network, or download the clip and pass its file path.")
+
+
 def test_clip_refusals(tts_model, processor, tmp_path):
     notes = tmp_path / "notes.wav"
     notes.write_text("not audio")

@@ -800,8 +800,7 @@ class DiskFull:
 
 def _libsndfile_full(folder, monkeypatch):
     """libsndfile's own error on a full disk (a RuntimeError): an OSError naming the file, the old file kept."""
-    def fail(path, *args, **kwargs):
-        Path(path).write_bytes(b"partial")
+    def fail(file, *args, **kwargs):  # save_audio encodes in memory, then writes the bytes
         raise soundfile.LibsndfileError(1, "Error : system error (No space left on device)")
 
     monkeypatch.setattr(soundfile, "write", fail)
@@ -824,7 +823,7 @@ def _safetensors_full(folder, monkeypatch):
 
 def _save_audio_full(folder, monkeypatch, error=errno.ENOSPC):
     disk = DiskFull(error)
-    monkeypatch.setattr(soundfile, "write", lambda path, *a, **k: disk.fail(path))
+    monkeypatch.setattr(Path, "write_bytes", lambda path, *a, **k: disk.fail(path))  # save_audio's bytes
     with expect(OSError, os.strerror(error)):
         save_audio(np.zeros(2400, dtype=np.float32), folder / "old.wav")
     assert disk.calls == 1
@@ -867,7 +866,7 @@ def _cli_write_full(folder, monkeypatch, capsys):
     chunk = ChunkResult("Hi.", torch.zeros(2, C, dtype=torch.long), torch.zeros(1920), True, 0, 25)
     result = SpeechResult(torch.zeros(1920), SR, [chunk], 0.3, 0.1, 10)
     disk = DiskFull()
-    monkeypatch.setattr(soundfile, "write", lambda path, *a, **k: disk.fail(path))
+    monkeypatch.setattr(Path, "write_bytes", lambda path, *a, **k: disk.fail(path))  # save_audio's bytes
     monkeypatch.setattr(cli_main, "cmd_speak", lambda a: request.write(result) and 0)
     code = cli_main.main(["speak", "Hi", "-o", str(folder / "old.wav")])
     err = capsys.readouterr().err
@@ -884,7 +883,7 @@ def _read_only_folder(kind):
         (target / "old.wav").write_bytes(audio_bytes("wav", seconds=0.2))
         if IS_ROOT:
             disk = DiskFull(errno.EROFS)
-            monkeypatch.setattr(soundfile, "write", lambda path, *a, **k: disk.fail(path))
+            monkeypatch.setattr(Path, "write_bytes", lambda self, *a, **k: disk.fail(self))
             monkeypatch.setattr(Path, "write_text", lambda self, *a, **k: disk.fail(self))
             fragment = "Read-only file system"
         else:

@@ -43,7 +43,7 @@ from transformers.utils import logging
 
 from ..audio_io_higgs_v3 import atomic_output
 from ..generation_higgs_v3 import MAX_POSITIONS
-from ..conversion.folders import staged_folder
+from ..conversion.folders import check_complete, staged_folder, write_complete
 
 
 try:
@@ -463,8 +463,8 @@ class FinetuneRun:
             )
         if not 0 <= self.held_out < 1:
             raise ValueError(f"--held-out must be a fraction in [0, 1), got {self.held_out}.")
-        if self.resume and not any(Path(self.output).glob("checkpoint-*")):
-            raise ValueError(f"--resume: {self.output!r} has no checkpoint-N folder to resume from.")
+        if self.resume:
+            resume_checkpoint(self.output)  # refuses a folder without a complete checkpoint
         if not self.resume and Path(self.output, "model").exists():
             raise ValueError(f"{self.output!r} already holds a fine-tuned model; pick another --output or --resume.")
 
@@ -479,6 +479,10 @@ class FinetuneRun:
         set_seed(self.seed)
         skipped: list[str] = []
         items = load_speech_items(self.data, skip_invalid=self.skip_invalid, skipped=skipped)
+        if self.push_to_hub:  # the Hub and the login, before hours of training
+            from ..conversion.repo import check_hub_push
+
+            check_hub_push(self.push_to_hub, done="trained")
         source = resolve_model(self.model, log=self.log)
         processor = load_processor(source)
         model = self._load_model(source)
@@ -550,15 +554,53 @@ class FinetuneRun:
         )
         trainer = Trainer(model=model, args=args, train_dataset=train_set, eval_dataset=eval_set,
                           data_collator=HiggsAudioV3DataCollator(processor),
-                          callbacks=[_Progress(self.log, bar=self.progress)])
+                          callbacks=[_Progress(self.log, bar=self.progress), CheckpointMarker()])
         trainer.remove_callback(PrinterCallback)  # it prints raw log dicts to stdout
+        checkpoint, resumed_step = self._resume_from(), 0
+        if checkpoint is not None:
+            state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+            resumed_step = int(state["global_step"])
         started = time.perf_counter()
-        result = trainer.train(resume_from_checkpoint=True if self.resume else None)
+        try:
+            result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint is not None else None)
+        except Exception as error:
+            self._disk_full(error, trainer.state.global_step)
+            raise
         summary = {"train_loss": result.training_loss, "steps": result.global_step,
-                   "seconds": time.perf_counter() - started, "examples": len(train_set)}
+                   "seconds": time.perf_counter() - started, "examples": len(train_set),
+                   "resumed_step": resumed_step, "steps_now": result.global_step - resumed_step}
+        if checkpoint is not None and summary["steps_now"] == 0:  # a finished run: its last logged loss
+            losses = [entry["loss"] for entry in state.get("log_history", []) if "loss" in entry]
+            summary["train_loss"] = losses[-1] if losses else None
         if eval_set is not None:
             summary["eval_loss"] = trainer.evaluate()["eval_loss"]  # logged by `_Progress`
         return summary
+
+    def _disk_full(self, error: Exception, step: int) -> None:
+        """A full disk while Trainer wrote `checkpoint-<step>`: the partial checkpoint removed, and the one-line
+        `conversion.folders.disk_full_error` raised instead of the writer's own error."""
+        import shutil
+
+        from ..conversion.folders import disk_full_error, folder_size, is_disk_full
+
+        partial = Path(self.output) / f"checkpoint-{step}"
+        if not is_disk_full(error, partial):
+            return
+        wrote = folder_size(partial) if partial.is_dir() else 0
+        if wrote and check_complete(partial) is not None:
+            shutil.rmtree(partial, ignore_errors=True)
+        raise disk_full_error(partial, "the checkpoint", None, "the partial checkpoint was removed; --resume continues "
+                              "from the newest complete one", wrote) from error
+
+    def _resume_from(self) -> Path | None:
+        """With `resume`, the newest complete checkpoint (`resume_checkpoint`), logged with the ones it passes over."""
+        if not self.resume:
+            return None
+        checkpoint, ignored = resume_checkpoint(self.output)
+        for line in ignored:
+            self.log(f"Ignoring {line}.")
+        self.log(f"Resuming from {checkpoint.name}, the newest complete checkpoint.")
+        return checkpoint
 
     def _save(self, model, processor, source: Path):
         """`adapter/` (LoRA), then `model/` (LoRA merged), each written whole (`conversion.folders.staged_folder`).
@@ -569,7 +611,8 @@ class FinetuneRun:
                 model.save_pretrained(str(staging))
             saved["adapter"] = str(output / "adapter")
             model = model.merge_and_unload()
-        with staged_folder(output / "model", "saving") as staging:
+        weights = sum(tensor.numel() * tensor.element_size() for tensor in model.state_dict().values())
+        with staged_folder(output / "model", "saving", needed=weights) as staging:
             save_full_repo(model, processor, staging, base=source)
         saved["model"] = str(output / "model")
         return model, saved
@@ -640,16 +683,44 @@ class _Progress(TrainerCallback):
             self.tqdm = None
 
 
+class CheckpointMarker(TrainerCallback):
+    """Marks each `checkpoint-N` complete once Trainer has written all of it: `conversion.folders.write_complete`
+    (the sizes of its files; hashing tens of GB at every save would cost minutes) after the trainer state, the last
+    file Trainer writes. A checkpoint without the marker, or whose files differ from it, was cut short (a kill, a full
+    disk) and is never resumed from."""
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            write_complete(Path(args.output_dir) / f"checkpoint-{state.global_step}", checksums=False)  # sizes
+
+
+def resume_checkpoint(output: str | os.PathLike) -> tuple[Path, list[str]]:
+    """The newest complete `checkpoint-N` of `output` (marked by `CheckpointMarker`, its files as marked), and one
+    line for each newer one passed over (`"checkpoint-8: it has no completion marker ..."`). A `ValueError` when
+    there is none."""
+    found = sorted((int(p.name.split("-")[1]), p) for p in Path(output).glob("checkpoint-*")
+                   if p.is_dir() and p.name.split("-")[1].isdigit())
+    ignored = []
+    for _, checkpoint in reversed(found):
+        problem = check_complete(checkpoint)
+        if problem is None:
+            return checkpoint, ignored
+        ignored.append(f"{checkpoint.name}: {problem}")
+    raise ValueError(f"--resume: {str(output)!r} has no complete checkpoint-N folder to resume from"
+                     + (f" ({'; '.join(ignored)})" if ignored else "") + ".")
+
+
 def save_full_repo(model, processor, folder: str | os.PathLike, base: str | os.PathLike | None = None) -> Path:
     """Save a (merged) model as a complete repo: weights, config, generation config and remote code
     (`save_pretrained`), the tokenizer and processor files; checked as the converter checks its output.
 
     `base`, the folder of the model that was fine-tuned: its `original_chat_template.jinja` (the original ChatML
     template the converter kept, which `higgs-v3 export --to-original` restores) and its LICENSE / NOTICE files are
-    copied along, when it has them."""
+    copied along, when it has them. A model card (`README.md`) names the base and carries its license terms."""
     import shutil
 
-    from ..conversion.repo import LICENSE_FILE_PATTERN, ORIGINAL_CHAT_TEMPLATE_FILE, check_output_folder
+    from ..conversion.repo import (LICENSE_FILE_PATTERN, ORIGINAL_CHAT_TEMPLATE_FILE, check_output_folder,
+                                   write_finetuned_model_card)
 
     folder = Path(folder)
     model.save_pretrained(str(folder))
@@ -658,6 +729,8 @@ def save_full_repo(model, processor, folder: str | os.PathLike, base: str | os.P
         for path in sorted(Path(base).iterdir()):
             if path.is_file() and (path.name == ORIGINAL_CHAT_TEMPLATE_FILE or LICENSE_FILE_PATTERN.match(path.name)):
                 shutil.copyfile(path, folder / path.name)
+    base_folder = Path(base) if base is not None and Path(base).is_dir() else None
+    write_finetuned_model_card(folder, base_folder, str(base) if base is not None else "an unnamed base model")
     check_output_folder(folder)
     return folder
 
@@ -665,6 +738,7 @@ def save_full_repo(model, processor, folder: str | os.PathLike, base: str | os.P
 __all__ = [
     "AUDIO_SUFFIXES",
     "BACKBONE_PROJECTIONS",
+    "CheckpointMarker",
     "DEFAULT_MAX_SECONDS",
     "FinetuneRun",
     "HiggsAudioV3CodesCache",
@@ -675,6 +749,7 @@ __all__ = [
     "load_speech_items",
     "lora_config",
     "prepare_examples",
+    "resume_checkpoint",
     "save_full_repo",
     "trainable_parameters",
 ]

@@ -1,0 +1,213 @@
+# Copyright 2026 the higgs-v3 authors. Licensed under the Apache License, Version 2.0.
+r"""The one model worker of `higgs-v3 serve`: a thread that owns the model and speaks the chunks every request submits,
+gathering concurrent ones into one `generate` call (dynamic batching).
+
+```
+request handlers (event loop) ──submit(chunk)──> bounded queue ──> worker thread:
+    wait for a chunk; gather more for up to batch_wait_ms, up to max_batch_size, with the same generation options
+    processor(texts, reference=voices) -> model.generate(seed=[each chunk's], streamer=...) -> one waveform per chunk
+<── audio pieces while rows are decoded (streamed chunks: the model's audio streamer), then the chunk's result
+```
+
+A seeded sequence gets the same codes alone or in any batch, and each waveform is decoded alone
+(`model.decode_audio` of its own rows: a batched convolution may sum in another order), so a chunk's audio does not
+depend on what else is in flight. A full queue refuses the chunk (`QueueFull`: the server answers 503); a cancelled
+chunk (its client left) is dropped when a batch is formed; `stop()` lets the queued chunks finish first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+import torch
+
+from ..streaming_higgs_v3 import HiggsAudioV3AudioStreamer
+
+
+QueueFull = queue.Full
+
+
+@dataclass
+class Chunk:
+    """One text to speak: its voice (None: the model's own), seed, generation options (`generate` keyword arguments,
+    the same for a whole batch), whether its audio is streamed, and where its results go (`pieces`, an asyncio queue:
+    `("audio", samples)` while streamed, then `("done", ChunkOutput)` or `("error", exception)`)."""
+
+    text: str
+    voice: object
+    seed: int
+    options: tuple
+    stream: bool
+    loop: asyncio.AbstractEventLoop
+    pieces: asyncio.Queue = field(default_factory=asyncio.Queue)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    output: asyncio.Future | None = None  # the `ChunkOutput` (or the error), also when nobody reads `pieces`
+
+    def __post_init__(self):
+        self.output = self.loop.create_future()
+
+    def deliver(self, item: tuple) -> None:
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting any more
+            self.loop.call_soon_threadsafe(self._put, item)
+
+    def _put(self, item: tuple) -> None:
+        self.pieces.put_nowait(item)
+        kind, value = item
+        if kind != "audio" and not self.output.done():
+            if kind == "done":
+                self.output.set_result(value)
+            else:
+                self.output.set_exception(value)
+                self.output.exception()  # retrieved: the handler reads it from `pieces` or `output`
+
+
+@dataclass
+class ChunkOutput:
+    """A spoken chunk: raw codes `[frames, C]`, waveform `[samples]` (CPU float32), whether the model ended it, and the
+    size of the batch it was generated in."""
+
+    text: str
+    codes: object
+    waveform: object
+    finished: bool
+    seed: int
+    batch_size: int
+
+    @property
+    def num_frames(self) -> int:
+        return self.codes.shape[0]
+
+
+class _Call:
+    """A function to run on the worker thread (encoding a reference clip: the model is the worker's alone)."""
+
+    def __init__(self, function):
+        self.function, self.future = function, Future()
+
+
+_STOP = object()
+
+
+class SpeechWorker:
+    """The thread that owns `model` and `processor`; `submit` chunks, `call` functions, `stop` to drain and end."""
+
+    def __init__(self, model, processor, *, max_batch_size: int = 8, batch_wait_ms: float = 10.0,
+                 max_queue: int = 64):
+        self.model, self.processor = model, processor
+        self.max_batch_size, self.batch_wait = max_batch_size, batch_wait_ms / 1000
+        self._queue: queue.Queue = queue.Queue(maxsize=max_queue)
+        self._held: deque = deque()  # chunks taken from the queue that did not fit the last batch
+        self.batches: list[int] = []  # the size of every batch generated (for tests and the benchmark)
+        self._thread = threading.Thread(target=self._serve, name="higgs-v3-worker", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ the handlers' side
+    def submit(self, chunk: Chunk) -> None:
+        """Queue `chunk`; `QueueFull` when the queue is full."""
+        self._queue.put_nowait(chunk)
+
+    async def call(self, function):
+        """Run `function()` on the worker thread, between batches; its result (or its exception)."""
+        call = _Call(function)
+        self._queue.put_nowait(call)
+        return await asyncio.wrap_future(call.future)
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Let every queued chunk finish, then end the thread."""
+        self._queue.put(_STOP)
+        self._thread.join(timeout)
+
+    @property
+    def queued(self) -> int:
+        return self._queue.qsize() + len(self._held)
+
+    # ------------------------------------------------------------------ the worker thread
+    def _serve(self) -> None:
+        while True:
+            first = self._held.popleft() if self._held else self._queue.get()
+            if first is _STOP:
+                return
+            if isinstance(first, _Call):
+                self._run_call(first)
+                continue
+            batch, stop = self._gather(first)
+            batch = [chunk for chunk in batch if not chunk.cancelled.is_set()]
+            if batch:
+                self._speak(batch)
+            if stop:
+                self._held.append(_STOP)
+
+    def _gather(self, first: Chunk) -> tuple[list[Chunk], bool]:
+        """`first` and the chunks with its options that arrive within `batch_wait` (held ones first), at most
+        `max_batch_size`; the others are held for the next batch. Calls run at once."""
+        batch, kept = [first], deque()
+        while self._held and len(batch) < self.max_batch_size:
+            chunk = self._held.popleft()
+            (batch if chunk is not _STOP and chunk.options == first.options else kept).append(chunk)
+        deadline = time.monotonic() + self.batch_wait
+        stop = _STOP in kept
+        while len(batch) < self.max_batch_size and not stop:
+            try:
+                item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if item is _STOP:
+                stop = True
+            elif isinstance(item, _Call):
+                self._run_call(item)
+            else:
+                (batch if item.options == first.options else kept).append(item)
+        self._held = deque([item for item in kept if item is not _STOP]) + self._held
+        return batch, stop
+
+    def _run_call(self, call: _Call) -> None:
+        try:
+            call.future.set_result(call.function())
+        except BaseException as error:  # noqa: BLE001 - handed to the waiting handler
+            call.future.set_exception(error)
+
+    def _speak(self, batch: list[Chunk]) -> None:
+        """One `generate` call for the batch; each waveform decoded alone; results delivered to each chunk."""
+        try:
+            inputs = self.processor([chunk.text for chunk in batch], reference=[chunk.voice for chunk in batch])
+            streamer = _RoutingStreamer(self.model, batch) if any(chunk.stream for chunk in batch) else None
+            with torch.inference_mode():
+                output = self.model.generate(**inputs.to(self.model.device), seed=[chunk.seed for chunk in batch],
+                                             return_dict_in_generate=True, output_audio=False, streamer=streamer,
+                                             **dict(batch[0].options))
+                frames, finished = output.audio_code_lengths.tolist(), output.finished.tolist()
+                self.batches.append(len(batch))
+                for i, chunk in enumerate(batch):
+                    waveform = self.model.decode_audio(output.sequences[i : i + 1], output.lengths[i : i + 1])[0]
+                    chunk.deliver(("done", ChunkOutput(chunk.text, output.audio_codes[i, : frames[i]].cpu(),
+                                                       waveform.float().cpu(), bool(finished[i]), chunk.seed,
+                                                       len(batch))))
+        except Exception as error:  # noqa: BLE001 - every waiting request gets it
+            for chunk in batch:
+                chunk.deliver(("error", error))
+
+
+class _RoutingStreamer(HiggsAudioV3AudioStreamer):
+    """The model's audio streamer, each decoded piece handed to its chunk (the rows of the chunks that stream)."""
+
+    def __init__(self, model, batch: list[Chunk]):
+        super().__init__(model)
+        self.batch = batch
+
+    def _decode_chunk(self, start: int, end: int, available: list[int]):
+        pieces = super()._decode_chunk(start, end, available)
+        samples = self.spec.samples_per_frame
+        for b, chunk in enumerate(self.batch):
+            if chunk.stream and available[b] > start:
+                chunk.deliver(("audio", pieces[b, : (min(end, available[b]) - start) * samples].clone()))
+        return None  # nobody iterates this streamer
+
+
+__all__ = ["Chunk", "ChunkOutput", "QueueFull", "SpeechWorker"]

@@ -1,0 +1,269 @@
+# Copyright 2026 the higgs-v3 authors. Licensed under the Apache License, Version 2.0.
+"""`higgs-v3 serve`'s app on a tiny model through FastAPI's TestClient (no server process): each bad request is a 4xx
+OpenAI error object naming its field, the API key guards every route, the body limit and the queue bound hold, voices
+are saved whole under names that cannot leave the folder, and a response's audio is `model.generate`'s with its seed.
+The real server, the openai client, streaming and batching: tests/test_serve_integration.py."""
+
+from __future__ import annotations
+
+import base64
+import json
+import io
+import threading
+
+import numpy as np
+import pytest
+import soundfile
+import torch
+from fastapi.testclient import TestClient
+
+from higgs_v3.processing_higgs_v3 import HiggsAudioV3Processor
+from higgs_v3.serving.app import ServeSettings, create_app
+from higgs_v3.serving.audio import FORMATS, writable_formats
+from higgs_v3.serving.worker import _Call
+
+from conftest import tiny_tts_model
+
+
+KEY = {"Authorization": "Bearer secret"}
+ACCEPTED = ", ".join(writable_formats())
+
+
+@pytest.fixture(scope="module")
+def served(tokenizer, tmp_path_factory):
+    model = tiny_tts_model(max_new_tokens=8)
+    processor = HiggsAudioV3Processor.from_model_config(tokenizer, model.config)
+    settings = ServeSettings("tiny", tmp_path_factory.mktemp("voices"), api_key="secret", max_input_chars=400,
+                             max_body_bytes=200_000, max_queue=2)
+    with TestClient(create_app(model, processor, settings)) as client:
+        yield client, model, processor
+
+
+def error(response, status: int) -> dict:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}
+    return body["error"]
+
+
+def speech(**fields) -> dict:
+    return {"model": "tiny", "input": "Hello there.", **fields}
+
+
+@pytest.mark.parametrize("body, status, param, message", [
+    (speech(input=""), 400, "input", "Input is empty; there is nothing to speak."),
+    (speech(input="x" * 401), 413, "input", "input is 401 characters; this server takes at most 400 per request"),
+    (speech(input="<|emotion:nope|>Hi."), 400, "input", "Unknown control tag '<|emotion:nope|>' in input"),
+    (speech(input=3), 400, "input", "'input': Input should be a valid string"),
+    (speech(model="tts-1"), 404, "model", "model 'tts-1' is not served here; this server serves 'tiny'."),
+    ({"input": "Hi."}, 400, "model", "'model' is required."),
+    (speech(voice="nobody"), 400, "voice", "voice 'nobody' is not a saved voice; saved here: default"),
+    (speech(voice="../../etc/passwd"), 400, "voice", "voice name '../../etc/passwd' is not accepted"),
+    (speech(response_format="aac"), 400, "response_format",
+     f"response_format 'aac' is not written by this server's libsndfile; accepted here: {ACCEPTED}."),
+    (speech(response_format="ogg"), 400, "response_format", "response_format 'ogg' is not one of OpenAI's formats"),
+    (speech(response_format="mp3", stream_format="audio"), 400, "response_format",
+     "response_format 'mp3' is sent whole; stream_format sends audio as it is generated in wav or pcm only"),
+    (speech(stream_format="chunks"), 400, "stream_format", "'stream_format': Input should be 'audio' or 'sse'"),
+    (speech(speed=1.5), 400, "speed", "speed 1.5 cannot be honoured: this model has no speaking-rate control"),
+    (speech(instructions="Speak cheerfully."), 400, "instructions", "instructions holds inline control tags only"),
+    (speech(instructions="<|emotion:nope|>"), 400, "instructions", "Unknown control tag '<|emotion:nope|>'"),
+    (speech(seed=-1), 400, "seed", "seed must be an integer in [0, 2**62), got -1."),
+    (speech(temperature=0), 400, "temperature", "temperature must be more than 0"),
+    (speech(top_p=1.5), 400, "top_p", "top_p must be in (0, 1], got 1.5."),
+    (speech(top_k=0), 400, "top_k", "top_k must be at least 1, got 0."),
+    (speech(max_seconds=-2), 400, "max_seconds", "max_seconds must be a positive number of seconds, got -2."),
+    (speech(reference_text="Hi."), 400, "reference_text", "reference_text was given without reference_audio"),
+    (speech(reference_audio="https://example.com/a.wav"), 400, "reference_audio",
+     "reference_audio is a URL, which this server does not fetch (start it with --allow-url-references)"),
+    (speech(reference_audio="not base64!"), 400, "reference_audio", "reference_audio is neither base64 audio"),
+    (speech(reference_audio=base64.b64encode(b"RIFF junk").decode()), 400, "reference_audio",
+     "(the uploaded clip)"),
+    (speech(stream="yes"), 400, "stream", "Unknown field 'stream'; the accepted fields are model, input, voice"),
+])
+def test_bad_requests_get_an_openai_error_naming_the_field(served, body, status, param, message):
+    client, _, _ = served
+    found = error(client.post("/v1/audio/speech", json=body, headers=KEY), status)
+    assert found["param"] == param and message in found["message"], found
+    assert found["type"] == "invalid_request_error" and "Traceback" not in found["message"]
+
+
+def test_every_route_wants_the_key(served):
+    client, _, _ = served
+    for method, path in [("get", "/health"), ("get", "/v1/models"), ("get", "/v1/audio/voices"),
+                         ("post", "/v1/audio/speech"), ("delete", "/v1/audio/voices/x")]:
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "secret"}):
+            found = error(getattr(client, method)(path, headers=headers), 401)
+            assert found["code"] == "invalid_api_key"
+    assert client.get("/v1/models", headers=KEY).json()["data"][0]["id"] == "tiny"
+    assert error(client.post("/v1/audio/speech", content=b"{", headers={**KEY, "Content-Type": "application/json"}),
+                 400)["message"] == "The request body is not valid JSON."
+    assert error(client.get("/nowhere", headers=KEY), 404)["message"] == "Not Found"
+
+
+def test_oversize_body_is_413_before_it_is_read(served):
+    client, _, _ = served
+    found = error(client.post("/v1/audio/speech", content=b"x" * 200_001, headers=KEY), 413)
+    assert found["code"] == "request_too_large" and "over 200000 bytes" in found["message"]
+
+
+def test_audio_is_model_generate_with_the_seed(served):
+    client, model, processor = served
+    response = client.post("/v1/audio/speech", json=speech(response_format="wav", seed=11), headers=KEY)
+    assert response.status_code == 200 and response.headers["content-type"] == "audio/wav"
+    out = model.generate(**processor("Hello there."), seed=11, return_dict_in_generate=True, output_audio=True)
+    expected = io.BytesIO()
+    soundfile.write(expected, out.audio[0].numpy(), 24000, format="WAV", subtype="PCM_16")
+    assert response.content == expected.getvalue()
+    raw = client.post("/v1/audio/speech", json=speech(response_format="pcm", seed=11), headers=KEY).content
+    assert raw == expected.getvalue()[44:]  # 16-bit little-endian samples, the WAV's data without its header
+
+
+def test_a_long_input_is_spoken_as_synthesize_long_speaks_it(served):
+    client, model, processor = served
+    text = " ".join(f"Sentence number {i} of a text that is longer than one chunk." for i in range(6))
+    response = client.post("/v1/audio/speech", json=speech(input=text, response_format="pcm", seed=21), headers=KEY)
+    expected = processor.synthesize_long(model, text, seed=21, batch_size=1)
+    assert len(expected.chunks) == 2  # chunk 0 spoken first, alone: its voice speaks chunk 1
+    written = io.BytesIO()
+    soundfile.write(written, expected.waveform.numpy(), 24000, format="RAW", subtype="PCM_16", endian="LITTLE")
+    assert response.content == written.getvalue()
+
+
+def test_voices_are_saved_listed_used_and_deleted(served):
+    client, model, processor = served
+    clip = io.BytesIO()
+    soundfile.write(clip, np.sin(np.arange(24000) / 9).astype(np.float32) * 0.3, 24000, format="WAV")
+    upload = {"audio": ("me.wav", clip.getvalue(), "audio/wav")}
+    for name, status, param in [("../up", 400, "name"), ("default", 400, "name")]:
+        assert error(client.post("/v1/audio/voices", data={"name": name}, files=upload, headers=KEY),
+                     status)["param"] == param
+    bad = {"audio": ("me.wav", b"not audio", "audio/wav")}
+    assert error(client.post("/v1/audio/voices", data={"name": "me"}, files=bad, headers=KEY), 400)["param"] == "audio"
+    made = client.post("/v1/audio/voices", data={"name": "me", "transcript": "Hi."}, files=upload, headers=KEY)
+    assert made.status_code == 201 and made.json()["name"] == "me" and made.json()["transcript"] == "Hi."
+    again = client.post("/v1/audio/voices", data={"name": "me"}, files=upload, headers=KEY)
+    assert error(again, 409)["param"] == "name"
+    assert client.get("/v1/audio/voices", headers=KEY).json() == {"voices": ["default", "me"]}
+    samples = torch.from_numpy(soundfile.read(io.BytesIO(clip.getvalue()), dtype="float32")[0])
+    voice = model.encode_reference(samples, text="Hi.", sampling_rate=24000)
+    spoken = client.post("/v1/audio/speech", json=speech(voice="me", response_format="pcm", seed=2), headers=KEY)
+    out = model.generate(**processor("Hello there.", reference=voice), seed=2, return_dict_in_generate=True,
+                         output_audio=True)
+    expected = io.BytesIO()
+    soundfile.write(expected, out.audio[0].numpy(), 24000, format="RAW", subtype="PCM_16", endian="LITTLE")
+    assert spoken.content == expected.getvalue()
+    assert client.delete("/v1/audio/voices/me", headers=KEY).json()["deleted"] is True
+    assert error(client.delete("/v1/audio/voices/me", headers=KEY), 404)["param"] == "name"
+
+
+def test_a_full_queue_is_503_with_retry_after(served):
+    client, _, _ = served
+    worker = client.app.state.service.worker
+    release, busy = threading.Event(), threading.Event()
+    worker._queue.put_nowait(_Call(lambda: (busy.set(), release.wait(5))))  # the worker thread waits on `release`
+    assert busy.wait(5)
+    try:
+        worker._queue.put_nowait(object()), worker._queue.put_nowait(object())  # the queue holds 2: full
+        found = client.post("/v1/audio/speech", json=speech(), headers=KEY)
+        assert found.status_code == 503 and found.headers["Retry-After"] == "1"
+        assert found.json()["error"]["code"] == "server_busy"
+    finally:
+        with worker._queue.mutex:
+            worker._queue.queue.clear()
+        release.set()
+
+
+def test_formats_are_what_libsndfile_writes():
+    assert set(writable_formats()) == {name for name, pair in FORMATS.items() if pair is not None
+                                       and pair[0] in soundfile.available_formats()
+                                       and pair[1] in soundfile.available_subtypes(pair[0])}
+    assert "aac" not in writable_formats() and {"wav", "pcm"} <= set(writable_formats())
+
+
+def test_a_reference_clip_in_base64_speaks_as_the_voice_made_from_it(served):
+    client, model, processor = served
+    clip = io.BytesIO()
+    soundfile.write(clip, np.cos(np.arange(30000) / 5).astype(np.float32) * 0.2, 24000, format="WAV")
+    body = speech(response_format="pcm", seed=4, reference_audio=base64.b64encode(clip.getvalue()).decode(),
+                  reference_text="Hi.")
+    spoken = client.post("/v1/audio/speech", json=body, headers=KEY)
+    voice = model.encode_reference(torch.from_numpy(soundfile.read(io.BytesIO(clip.getvalue()), dtype="float32")[0]),
+                                   text="Hi.", sampling_rate=24000)
+    out = model.generate(**processor("Hello there.", reference=voice), seed=4, return_dict_in_generate=True,
+                         output_audio=True)
+    expected = io.BytesIO()
+    soundfile.write(expected, out.audio[0].numpy(), 24000, format="RAW", subtype="PCM_16", endian="LITTLE")
+    assert spoken.status_code == 200 and spoken.content == expected.getvalue()
+
+
+def test_the_text_websocket_wants_the_key_and_refuses_a_bad_sentence_in_an_error_frame(served):
+    from starlette.websockets import WebSocketDisconnect
+
+    client, _, _ = served
+    with pytest.raises(WebSocketDisconnect) as closed:
+        with client.websocket_connect("/v1/audio/speech/stream") as websocket:
+            websocket.receive_text()
+    assert closed.value.code == 1008
+    with client.websocket_connect("/v1/audio/speech/stream?seed=x", headers=KEY) as websocket:
+        found = json.loads(websocket.receive_text())
+    assert found["type"] == "error" and found["error"]["param"] == "seed"
+    with client.websocket_connect("/v1/audio/speech/stream?seed=1&max_seconds=0.2", headers=KEY) as websocket:
+        websocket.send_text("Fine. <|emotion:nope|>Bad")
+        websocket.send_text(" one. ")
+        assert len(websocket.receive_bytes()) > 0  # "Fine." spoken
+        found = json.loads(websocket.receive_text())
+    assert found["type"] == "error" and found["error"]["param"] == "input"
+    assert "Unknown control tag '<|emotion:nope|>' in sentence 2 of the stream" in found["error"]["message"]
+
+
+def test_cancelled_chunks_are_dropped_when_a_batch_forms(served):
+    import asyncio
+
+    from higgs_v3.serving.worker import Chunk
+
+    client, _, _ = served
+    worker = client.app.state.service.worker
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        left, kept = (Chunk("Gone.", None, 1, (), False, loop), Chunk("Kept.", None, 2, (), False, loop))
+        left.cancelled.set()
+        count = len(worker.batches)
+        worker.submit(left), worker.submit(kept)
+        output = await asyncio.wait_for(kept.output, 30)
+        return output, left.output.done(), worker.batches[count:]
+
+    output, left_done, batches = asyncio.run(run())
+    assert output.text == "Kept." and output.batch_size == 1 and not left_done and batches == [1]
+
+
+def test_serve_options_are_checked_by_the_parser(capsys):
+    from higgs_v3.cli.main import main
+
+    assert main(["serve", "--max-batch-size", "0"]) == 2
+    assert "--max-batch-size must be at least 1, got '0'" in capsys.readouterr().err
+
+
+def test_a_failure_after_an_sse_stream_started_is_an_error_event(served, monkeypatch):
+    from higgs_v3.serving.worker import QueueFull
+
+    client, _, _ = served
+    worker, submitted = client.app.state.service.worker, []
+    original = worker.submit
+
+    def submit(chunk):  # chunk 0 is spoken; the queue is full when chunk 1 comes
+        submitted.append(chunk)
+        if len(submitted) > 1:
+            raise QueueFull
+        original(chunk)
+
+    monkeypatch.setattr(worker, "submit", submit)
+    text = " ".join(f"Sentence number {i} of a text that is longer than one chunk." for i in range(6))
+    response = client.post("/v1/audio/speech", headers=KEY,
+                           json=speech(input=text, response_format="pcm", stream_format="sse", seed=1))
+    events = [json.loads(line[6:]) for line in response.text.splitlines() if line.startswith("data: ")]
+    assert response.status_code == 200 and events[0]["type"] == "speech.audio.delta"
+    assert events[-1] == {"type": "error", "error": {
+        "message": "The server is busy (its queue is full); retry shortly.", "type": "server_error", "param": None,
+        "code": "server_busy"}}

@@ -1,0 +1,249 @@
+# Copyright 2026 the higgs-v3 authors. Licensed under the Apache License, Version 2.0.
+"""`higgs-v3 serve` as users run it: a real server process (uvicorn on a free port, the tiny random model, one torch
+thread as this process has) spoken to with the official `openai` client, httpx and a WebSocket client. Audio is
+compared with `model.generate` (and `processor.synthesize_stream`) in this process with the same seeds."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import openai
+import pytest
+import soundfile
+import torch
+
+from higgs_v3.modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
+from higgs_v3.processing_higgs_v3 import HiggsAudioV3Processor
+from higgs_v3.serving.audio import writable_formats
+
+
+pytestmark = pytest.mark.integration
+
+KEY, MAX_SECONDS = "test-key", 0.4
+HEADERS = {"Authorization": f"Bearer {KEY}"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, repo, voices_dir):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "HIGGS_V3_API_KEY": KEY}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "higgs_v3.cli", "serve", "--model", str(repo), "--served-model-name", "tiny",
+             "--port", str(self.port), "--voices-dir", str(voices_dir), "--max-seconds", str(MAX_SECONDS),
+             "--max-batch-size", "8", "--batch-wait-ms", "50", "--max-body-bytes", "1000000", "--log-level", "warning"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, self.process.stdout.read()
+            try:
+                if httpx.get(f"{self.url}/health", headers=HEADERS, timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                time.sleep(0.2)
+        raise AssertionError("the server did not start")
+
+    def client(self, key: str = KEY) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=key, max_retries=0)
+
+    def kill(self, sig=signal.SIGKILL) -> int:
+        self.process.send_signal(sig)
+        return self.process.wait(30)
+
+
+@pytest.fixture(scope="module")
+def voices_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("voices")
+
+
+@pytest.fixture(scope="module")
+def server(tiny_random_repo, voices_dir):
+    server = Server(tiny_random_repo, voices_dir)
+    yield server
+    if server.process.poll() is None:
+        server.kill()
+
+
+@pytest.fixture(scope="module")
+def local(tiny_random_repo):
+    model = HiggsAudioV3ForConditionalGeneration.from_pretrained(str(tiny_random_repo), dtype="float32").eval()
+    return model, HiggsAudioV3Processor.from_pretrained(str(tiny_random_repo), trust_remote_code=False)
+
+
+def generated(local, text: str, seed: int) -> np.ndarray:
+    """`model.generate`'s waveform for `text` with `seed` (float32)."""
+    model, processor = local
+    out = model.generate(**processor(text), seed=seed, return_dict_in_generate=True, output_audio=True,
+                         max_new_tokens=model.config.audio_spec.rows_for_seconds(MAX_SECONDS))
+    return out.audio[0].numpy()
+
+
+def written(waveform, response_format: str) -> np.ndarray:
+    """`waveform` written by soundfile in `response_format` and read back as 16-bit samples: what a response of that
+    format must decode to (lossy encoders are deterministic)."""
+    if response_format == "pcm":
+        return pcm16(waveform)
+    kind, subtype = {"wav": ("WAV", "PCM_16"), "flac": ("FLAC", "PCM_16"), "mp3": ("MP3", "MPEG_LAYER_III"),
+                     "opus": ("OGG", "OPUS")}[response_format]
+    buffer = io.BytesIO()
+    soundfile.write(buffer, waveform, 24000, format=kind, subtype=subtype)
+    return decoded(buffer.getvalue(), response_format)
+
+
+def pcm16(waveform) -> np.ndarray:
+    buffer = io.BytesIO()
+    soundfile.write(buffer, np.asarray(waveform, dtype=np.float32), 24000, format="RAW", subtype="PCM_16",
+                    endian="LITTLE")
+    return np.frombuffer(buffer.getvalue(), dtype="<i2")
+
+
+def decoded(data: bytes, response_format: str) -> np.ndarray:
+    if response_format == "pcm":
+        return np.frombuffer(data, dtype="<i2")
+    samples, rate = soundfile.read(io.BytesIO(data), dtype="int16")
+    assert rate == 24000
+    return samples
+
+
+def test_openai_client_every_format_whole_and_streamed(server, local):
+    client, text, seed = server.client(), "Hello from the server.", 3
+    waveform = generated(local, text, seed)
+    expected = pcm16(waveform)
+    assert set(writable_formats()) >= {"wav", "pcm"}
+    for response_format in writable_formats():
+        audio = decoded(client.audio.speech.create(model="tiny", input=text, voice="default",
+                                                   response_format=response_format, extra_body={"seed": seed}).content,
+                        response_format)
+        assert np.array_equal(audio, written(waveform, response_format)), response_format
+        with client.audio.speech.with_streaming_response.create(
+                model="tiny", input=text, voice="default", response_format=response_format,
+                extra_body={"seed": seed}) as response:  # the client reads the body as it arrives
+            assert np.array_equal(decoded(b"".join(response.iter_bytes()), response_format), audio)
+    for response_format in ("pcm", "wav"):  # generated and sent as the rows are decoded
+        pieces = []
+        with client.audio.speech.with_streaming_response.create(
+                model="tiny", input=text, voice="default", response_format=response_format,
+                extra_body={"seed": seed, "stream_format": "audio"}) as response:
+            pieces = list(response.iter_bytes())
+        data = b"".join(pieces)
+        streamed = np.frombuffer(data[44:] if response_format == "wav" else data, dtype="<i2")
+        assert len(streamed) == len(expected) and np.abs(streamed.astype(int) - expected).max() <= 1
+    events = httpx.post(f"{server.url}/v1/audio/speech", headers=HEADERS, timeout=60, json={
+        "model": "tiny", "input": text, "response_format": "pcm", "stream_format": "sse", "seed": seed}).text
+    events = [json.loads(line[6:]) for line in events.splitlines() if line.startswith("data: ")]
+    assert {event["type"] for event in events[:-1]} == {"speech.audio.delta"}
+    assert events[-1]["type"] == "speech.audio.done" and events[-1]["usage"]["output_tokens"] == len(expected)
+
+
+def test_concurrent_requests_are_batched_and_byte_identical_to_sequential(server):
+    bodies = [{"model": "tiny", "input": f"Request number {i} says hello.", "response_format": "wav", "seed": 100 + i}
+              for i in range(6)]
+    with httpx.Client(base_url=server.url, headers=HEADERS, timeout=120) as http:
+        before = http.get("/health").json()
+        sequential = [http.post("/v1/audio/speech", json=body).content for body in bodies]
+        concurrent: dict[int, bytes] = {}
+        threads = [threading.Thread(target=lambda i=i: concurrent.__setitem__(
+            i, http.post("/v1/audio/speech", json=bodies[i]).content)) for i in range(len(bodies))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        after = http.get("/health").json()
+    assert [concurrent[i] for i in range(len(bodies))] == sequential
+    assert before["largest_batch"] == 1 and after["largest_batch"] > 1  # the concurrent ones shared generate calls
+
+
+def test_bad_requests_through_the_openai_client(server):
+    client = server.client()
+    cases = [({"input": ""}, openai.BadRequestError, "input"),
+             ({"input": "Hi.", "voice": "nobody"}, openai.BadRequestError, "voice"),
+             ({"input": "Hi.", "response_format": "aac"}, openai.BadRequestError, "response_format"),
+             ({"input": "<|emotion:nope|>Hi."}, openai.BadRequestError, "input"),
+             ({"input": "Hi.", "extra_body": {"bogus": 1}}, openai.BadRequestError, "bogus"),
+             ({"input": "x" * 5000}, openai.APIStatusError, "input")]
+    for fields, kind, param in cases:
+        with pytest.raises(kind) as caught:
+            client.audio.speech.create(**{"model": "tiny", "voice": "default", **fields})
+        assert caught.value.status_code in (400, 413) and caught.value.body["param"] == param, caught.value.body
+    with pytest.raises(openai.AuthenticationError):
+        server.client("wrong").audio.speech.create(model="tiny", input="Hi.", voice="default")
+    big = httpx.post(f"{server.url}/v1/audio/speech", headers=HEADERS, content=b"{" * 1_000_001)
+    assert big.status_code == 413 and big.json()["error"]["code"] == "request_too_large"
+
+
+def test_text_stream_speaks_sentence_one_before_sentence_ten_arrives(server, local):
+    from websockets.sync.client import connect
+
+    model, processor = local
+    sentences = [f"This is sentence number {i}. " for i in range(1, 11)]
+    url = f"ws://127.0.0.1:{server.port}/v1/audio/speech/stream?seed=9"
+    frames, summary = [], None
+    with connect(url, additional_headers=HEADERS) as websocket:
+        websocket.send(sentences[0])
+        websocket.send(sentences[1][:5])  # the next sentence begins: sentence 1 is complete
+        frames.append(websocket.recv(timeout=60))  # audio of sentence 1, nothing of sentence 10 sent yet
+        assert isinstance(frames[0], bytes) and len(frames[0]) > 0
+        websocket.send(sentences[1][5:])
+        for sentence in sentences[2:]:
+            websocket.send(sentence)
+        websocket.send("")
+        while summary is None:
+            frame = websocket.recv(timeout=60)
+            summary = json.loads(frame) if isinstance(frame, str) else frames.append(frame)
+    assert summary["type"] == "speech.done" and summary["chunks"] == 10 and summary["seed"] == 9
+    audio = np.frombuffer(b"".join(frames), dtype="<i2")
+    expected = pcm16(torch.cat(list(processor.synthesize_stream(model, iter(sentences), seed=9,
+                                                                max_seconds=MAX_SECONDS))).numpy())
+    assert len(audio) == len(expected) and np.abs(audio.astype(int) - expected).max() <= 1
+
+
+def test_sigterm_drains_and_a_killed_server_restarts_with_its_voices(server, tiny_random_repo, voices_dir):
+    clip = io.BytesIO()
+    soundfile.write(clip, (np.sin(np.arange(36000) / 7) * 0.3).astype(np.float32), 24000, format="WAV")
+    made = httpx.post(f"{server.url}/v1/audio/voices", headers=HEADERS, data={"name": "ann", "transcript": "Hi."},
+                      files={"audio": ("ann.wav", clip.getvalue(), "audio/wav")}, timeout=60)
+    assert made.status_code == 201, made.text
+    body = {"model": "tiny", "input": "Spoken by Ann.", "voice": "ann", "response_format": "wav", "seed": 4}
+    before = httpx.post(f"{server.url}/v1/audio/speech", headers=HEADERS, json=body, timeout=60).content
+    assert server.kill(signal.SIGKILL) == -signal.SIGKILL
+    again = Server(tiny_random_repo, voices_dir)
+    try:
+        assert httpx.get(f"{again.url}/v1/audio/voices", headers=HEADERS).json() == {"voices": ["default", "ann"]}
+        result: dict = {}
+        thread = threading.Thread(target=lambda: result.setdefault("response", httpx.post(
+            f"{again.url}/v1/audio/speech", headers=HEADERS, json=body, timeout=60)))
+        thread.start()
+        time.sleep(0.3)  # the request is in flight
+        assert again.kill(signal.SIGTERM) == -signal.SIGTERM  # drained; uvicorn then re-raises the signal
+        thread.join(60)
+        assert result["response"].status_code == 200 and result["response"].content == before
+    finally:
+        if again.process.poll() is None:
+            again.kill()
+
+
+def test_bench_serve_runs_and_reports_its_ratios(tmp_path):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import bench_serve
+
+    payload = bench_serve.main(["--requests", "2", "--seconds", "0.2", "--no-plot", "--out", str(tmp_path)])
+    assert set(payload["ratios"]) == {"concurrency 1", "concurrency 4", "concurrency 16", "first byte / whole response"}
+    assert all(value > 0 for value in payload["ratios"].values()) and payload["largest_batch"] >= 1
+    assert json.loads((tmp_path / "bench_serve.json").read_text())["ratios"] == payload["ratios"]
