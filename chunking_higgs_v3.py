@@ -276,11 +276,82 @@ def check_dialogue_voices(lines: Sequence, voices: Mapping[str, object], auto_vo
     return missing
 
 
+_NUMBER = r"(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?"  # 1234, 1,234, 3.14
+_SPELLED = re.compile(
+    rf"(?P<currency>[$€£])(?P<amount>{_NUMBER})(?:\s+(?P<scale>thousand|million|billion|trillion)\b)?"
+    r"|(?<![\w.:])(?P<hours>\d{1,2}):(?P<minutes>[0-5]\d)(?![\w:])(?:\s?(?P<meridiem>[ap])(?:m\b|\.m\.))?"
+    r"|(?<![\w.])(?P<ordinal>\d+)(?:st|nd|rd|th)\b"
+    rf"|(?<![\w.])(?P<percent>-?{_NUMBER})\s?%"
+    r"|(?<![\w.,])(?P<year>1[1-9]\d\d|20\d\d)(?P<decade>s)?(?![\w%]|[.,]\d)"
+    rf"|(?<![\w.])(?P<number>-?{_NUMBER})(?!\w|\.\d)",  # not a part of "1.2.3" or "3D"
+    re.IGNORECASE,
+)
+_CURRENCIES = {"$": ("dollar", "dollars", "cent", "cents"), "€": ("euro", "euros", "cent", "cents"),
+               "£": ("pound", "pounds", "penny", "pence")}
+
+
+def normalize_text(text: str, language: str | None = None) -> str:
+    """`text` with its numbers spelled out for `language` (None: unchanged; "en": English, with num2words): currency
+    ($ € £, cents, "$2.5 million"), times ("10:30 pm"), ordinals ("21st"), percentages, years 1100-2099 and decades
+    ("1990s"), other numbers ("1,234", "-3.14"). Control tags (`TAG_PATTERN`) are never changed. Needs num2words
+    (`pip install num2words`, or the `normalize` extra)."""
+    if language is None:
+        return text
+    if language != "en":
+        raise ValueError(f"normalize must be None (off) or 'en' (English numbers, dates and currency spelled out), "
+                         f"got {language!r}.")
+    try:
+        from num2words import num2words
+    except ImportError as error:
+        raise ImportError("normalize='en' needs num2words: pip install num2words (or higgs-v3[normalize]).") from error
+    tags = TAG_PATTERN.findall(text) + [""]
+    pieces = [_SPELLED.sub(lambda match: _spelled(match, num2words), piece) for piece in TAG_PATTERN.split(text)]
+    return "".join(piece + tag for piece, tag in zip(pieces, tags))
+
+
+def _spelled(match: re.Match, words) -> str:
+    found = match.groupdict()
+    if found["currency"]:
+        return _money(found["currency"], found["amount"], found["scale"], words)
+    if found["hours"]:
+        hours, minutes = int(found["hours"]), int(found["minutes"])
+        said = words(hours) + ("" if minutes == 0 else f" {'oh ' if minutes < 10 else ''}{words(minutes)}")
+        meridiem = f" {found['meridiem'].upper()}M" if found["meridiem"] else " o'clock" if minutes == 0 else ""
+        return said + meridiem
+    if found["ordinal"]:
+        return words(int(found["ordinal"]), to="ordinal")
+    if found["percent"]:
+        return _number(found["percent"], words) + " percent"
+    if found["year"]:
+        said = words(int(found["year"]), to="year")
+        return said if not found["decade"] else said[:-1] + "ies" if said.endswith("y") else said + "s"
+    return _number(found["number"], words)
+
+
+def _number(text: str, words) -> str:
+    """A cardinal: "minus" for a leading "-", commas dropped, the digits after the point one by one."""
+    whole, _, fraction = text.lstrip("-").replace(",", "").partition(".")
+    said = words(int(whole)) + (" point " + " ".join(words(int(digit)) for digit in fraction) if fraction else "")
+    return "minus " + said if text.startswith("-") else said
+
+
+def _money(symbol: str, amount: str, scale: str | None, words) -> str:
+    one, many, cent, cents = _CURRENCIES[symbol]
+    whole, _, fraction = amount.replace(",", "").partition(".")
+    if scale or len(fraction) not in (0, 2):  # "$2.5 million", "$1.234": the number, then the currency
+        return f"{_number(amount, words)}{' ' + scale.lower() if scale else ''} {many}"
+    units, hundredths = int(whole), int(fraction or 0)
+    said = [f"{words(units)} {one if units == 1 else many}"] if units or not hundredths else []
+    said += [f"{words(hundredths)} {cent if hundredths == 1 else cents}"] if hundredths else []
+    return " and ".join(said)
+
+
 __all__ = [
     "DEFAULT_MAX_CHARS",
     "TAG_PATTERN",
     "DialogueLine",
     "check_dialogue_voices",
+    "normalize_text",
     "nothing_to_speak",
     "parse_dialogue",
     "split_sentences",

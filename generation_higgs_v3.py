@@ -33,6 +33,9 @@ MAX_NEW_TOKENS: int = 2048
 """The official server's limit of generated rows (about 82 s of audio); the default of `max_new_tokens`."""
 MAX_POSITIONS: int = 4096
 """The official server's limit on one request's positions, prompt plus generated rows (`generate(max_positions=)`)."""
+LOW_TEMPERATURE: float = 0.5
+"""Below it `generate` warns that the model may never end: Higgs Audio users report temperature 0.3 running to the
+limit on every request where 1.0 ends (boson-ai/higgs-audio#151) and temperatures below 1 looping on vLLM (#126)."""
 
 
 def default_generation_config(config) -> GenerationConfig:
@@ -370,6 +373,13 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
             ]
         if problems:
             raise ValueError(" ".join(problems))
+        temperature = generation_config.temperature if generation_config.do_sample else None
+        if isinstance(temperature, (int, float)) and temperature < LOW_TEMPERATURE:  # refused later if not a number
+            logger.warning_once(
+                f"temperature={temperature:g} is below {LOW_TEMPERATURE:g}: at low temperatures the "
+                "model is reported never to sample its end of speech and to run to max_new_tokens (boson-ai/"
+                "higgs-audio#151: 0.3 hit the limit, 1.0 ended). The default, 1.0, is the official server's."
+            )
         return_dict = generation_config.return_dict_in_generate
         warpers = sampling_warpers(generation_config) if generation_config.do_sample else None
         # *** Higgs v3 specific: what the stock loop is told, changed here in the open ***
@@ -592,6 +602,6 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
 
 __all__ = [
     "HiggsAudioV3DelayPatternLogitsProcessor", "HiggsAudioV3GenerationMixin", "HiggsAudioV3GenerationOutput",
-    "HiggsAudioV3ProgressBar", "HiggsAudioV3StoppingCriteria", "MAX_NEW_TOKENS", "MAX_POSITIONS",
+    "HiggsAudioV3ProgressBar", "HiggsAudioV3StoppingCriteria", "LOW_TEMPERATURE", "MAX_NEW_TOKENS", "MAX_POSITIONS",
     "default_generation_config",
 ]

@@ -11,12 +11,17 @@ waveform = audio 0 + pause + audio 1 + pause + ... + audio n-1
 
 Texts are checked up front (`processor.check_text`), before any generation. Job `i` uses seed `seed + i`, and a seeded
 sequence gets the same codes alone or in any batch: the batch size does not change the result.
+
+Bad takes are redone (`retries`, 2 by default; 0 keeps the first take): a take that ran to the limit without its end of
+speech, or whose duration per character is outside `seconds_per_char` (`take_problem`), is generated again with
+`retry_seed(seed, attempt)`, only the bad rows of a batch; the first good take wins (else the best: ended, lowest WER).
 """
 
 from __future__ import annotations
 
 import math
 import os
+import re
 import sys
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -27,10 +32,13 @@ from typing import TYPE_CHECKING
 import torch
 
 from .audio_io_higgs_v3 import MAX_REFERENCE_SECONDS, HiggsAudioV3Voice, audio_html, load_reference, save_audio
-from .chunking_higgs_v3 import (DEFAULT_MAX_CHARS, DialogueLine, check_dialogue_voices, parse_dialogue, split_text,
-                                stream_sentences)
+from .chunking_higgs_v3 import (
+    DEFAULT_MAX_CHARS, TAG_PATTERN, DialogueLine, check_dialogue_voices, normalize_text, parse_dialogue, split_text,
+    stream_sentences,
+)
+from .codec_higgs_v3 import resample_audio
 from .generation_higgs_v3 import MAX_NEW_TOKENS, MAX_POSITIONS
-from .sampling_higgs_v3 import check_seed, draw_seed
+from .sampling_higgs_v3 import check_seed, draw_seed, retry_seed
 from .streaming_higgs_v3 import HiggsAudioV3RowTracker
 
 
@@ -50,6 +58,11 @@ except ImportError:  # pragma: no cover - tqdm comes with transformers; the prog
 DEFAULT_PAUSE_SECONDS = 0.3
 DEFAULT_DIALOGUE_PAUSE_SECONDS = 0.4
 DEFAULT_BATCH_SIZE = 8
+DEFAULT_RETRIES = 2
+DEFAULT_SECONDS_PER_CHAR = (0.02, 0.25)
+"""A take that ended is too short below 0.02 s per character (50 per second: words skipped) and too long above 0.25 s
+per character plus one second, and one per control tag (4 per second: babble); normal speech is ~0.07 s per letter. A CJK character, kana or
+hangul syllable counts as 3 characters (`spoken_characters`)."""
 
 
 @dataclass
@@ -65,17 +78,20 @@ class SpeechJob:
     seed: int | None = None
 
 
-def speech_jobs(processor: ProcessorMixin, text: str, max_chars: int = DEFAULT_MAX_CHARS) -> list[SpeechJob]:
-    """The jobs of a long text: `processor.check_text`, then `split_text`."""
-    text = processor.check_text(text, "the text")
+def speech_jobs(processor: ProcessorMixin, text: str, max_chars: int = DEFAULT_MAX_CHARS,
+                normalize: str | None = None) -> list[SpeechJob]:
+    """The jobs of a long text: `processor.check_text`, `normalize_text`, then `split_text`."""
+    text = normalize_text(processor.check_text(text, "the text"), normalize)
     return [SpeechJob(chunk, index) for index, chunk in enumerate(split_text(text, max_chars))]
 
 
 def dialogue_jobs(processor: ProcessorMixin, script: str | Sequence[DialogueLine] | Sequence[tuple[str, str]],
-                  max_chars: int = DEFAULT_MAX_CHARS) -> list[SpeechJob]:
-    """The jobs of a dialogue: `parse_dialogue`, `processor.check_text` on every line, then `split_text`."""
+                  max_chars: int = DEFAULT_MAX_CHARS, normalize: str | None = None) -> list[SpeechJob]:
+    """The jobs of a dialogue: `parse_dialogue`, `processor.check_text` and `normalize_text` on every line, then
+    `split_text`."""
     lines = parse_dialogue(script)
-    texts = [processor.check_text(line.text, f"dialogue line {line.line_number}") for line in lines]
+    texts = [normalize_text(processor.check_text(line.text, f"dialogue line {line.line_number}"), normalize)
+             for line in lines]
     jobs: list[SpeechJob] = []
     for line, text in zip(lines, texts):
         jobs += [SpeechJob(chunk, len(jobs) + i, line.speaker, line.speaker, line.line_number)
@@ -132,7 +148,8 @@ class SpeechProgress:
             self.bar.update(round(seconds, 2) - self.bar.n)
 
     def call_done(self, num_chunks: int, frames: int) -> None:
-        """A `generate` call of `num_chunks` chunks ended with `frames` frames (exact, from its output)."""
+        """A `generate` call ended: `num_chunks` more chunks done, `frames` more frames kept (exact, from its output;
+        a retry adds the kept takes' change, negative when a shorter take replaces a runaway)."""
         self.chunks_done += num_chunks
         self.done_frames += frames
         self.show(self.done_frames)
@@ -168,6 +185,12 @@ class ChunkResult:
     frame_rate: int
     speaker: str | None = None
     line_number: int | None = None
+    problem: str | None = None
+    """Why the kept take is bad (`take_problem`), None when it is good."""
+    wer: float | None = None
+    """With `verify=`: the kept take's word error rate against its text."""
+    attempts: list[dict] = field(default_factory=list)
+    """Every take, in order: `{"seed", "finished", "seconds", "problem", "wer"}`; `seed` is the kept one's."""
 
     @property
     def num_frames(self) -> int:
@@ -216,6 +239,11 @@ class SpeechResult:
     def unfinished_chunks(self) -> list[int]:
         """0-based indices of the chunks cut at the length limit (the model's runaway failure)."""
         return [i for i, chunk in enumerate(self.chunks) if not chunk.finished]
+
+    @property
+    def failed_chunks(self) -> list[int]:
+        """0-based indices of the chunks whose every take was bad (ran away, duration per character, WER)."""
+        return [i for i, chunk in enumerate(self.chunks) if chunk.problem is not None]
 
     @property
     def voice(self) -> HiggsAudioV3Voice | None:
@@ -280,7 +308,10 @@ class _Synthesizer:
     """Speaks `SpeechJob`s through `model.generate` in batches. Its options are checked once, when it is built, before
     any voice is encoded; the codec is the model's to check (`encode_reference`, `generate(output_audio=True)`)."""
 
-    def __init__(self, model, processor, *, pause_seconds, batch_size, seed, max_seconds, progress, generate_kwargs):
+    def __init__(self, model, processor, *, pause_seconds, batch_size, seed, max_seconds, progress, generate_kwargs,
+                 retries=DEFAULT_RETRIES, seconds_per_char=DEFAULT_SECONDS_PER_CHAR, verify=None, max_wer=0.5):
+        self.retries, self.seconds_per_char, self.verify, self.max_wer = check_take_options(
+            retries, seconds_per_char, verify, max_wer)
         number = isinstance(pause_seconds, (int, float)) and not isinstance(pause_seconds, bool)
         if not number or not 0 <= pause_seconds < math.inf:
             raise ValueError(f"pause_seconds must be a non-negative number of seconds, got {pause_seconds!r}.")
@@ -322,46 +353,161 @@ class _Synthesizer:
                             self.generation_seconds, self.max_new_tokens, voices)
 
     def _run(self, jobs: list[SpeechJob], voices: dict, display: SpeechProgress | None) -> dict[int, ChunkResult]:
-        """One `generate` call per `batch_size` jobs; the chunks by job index."""
+        """One `generate` call per `batch_size` jobs, then one per retry of its bad takes; the chunks by job index. The
+        display counts the kept takes."""
         chunks = {}
         for start in range(0, len(jobs), self.batch_size):
             batch = jobs[start : start + self.batch_size]
-            began = time.perf_counter()
-            inputs = self.processor([job.text for job in batch], reference=[voices.get(job.voice_key) for job in
-                                                                           batch])
-            seeds = [self.base_seed + job.index if job.seed is None else job.seed for job in batch]
-            output = self.model.generate(
-                **inputs.to(self.model.device), seed=seeds, return_dict_in_generate=True, output_audio=True,
-                streamer=display.streamer() if display else None, **self.generate_kwargs,
-            )
-            frames, finished = output.audio_code_lengths.tolist(), output.finished.tolist()
-            for i, job in enumerate(batch):
-                chunks[job.index] = ChunkResult(
-                    job.text, output.audio_codes[i, : frames[i]].detach().cpu(),
-                    output.audio[i].detach().float().cpu().reshape(-1), bool(finished[i]), seeds[i],
-                    self.spec.frame_rate, job.speaker, job.line_number,
-                )
-            self.generation_seconds += time.perf_counter() - began
+            seeds = {job.index: self.base_seed + job.index if job.seed is None else job.seed for job in batch}
+            chunks.update(self._takes(batch, [seeds[job.index] for job in batch], voices, display))
             if display:
-                display.call_done(len(batch), sum(frames))
+                display.call_done(len(batch), sum(chunks[job.index].num_frames for job in batch))
+            for attempt in range(1, self.retries + 1):
+                bad = [job for job in batch if chunks[job.index].problem is not None]
+                if not bad:
+                    break
+                retakes = self._takes(bad, [retry_seed(seeds[job.index], attempt) for job in bad], voices, display)
+                before = sum(chunks[job.index].num_frames for job in bad)
+                for job in bad:
+                    chunks[job.index] = _better_take(chunks[job.index], retakes[job.index])
+                if display:
+                    display.call_done(0, sum(chunks[job.index].num_frames for job in bad) - before)
         return chunks
+
+    def _takes(self, batch: list[SpeechJob], seeds: list[int], voices: dict, display: SpeechProgress | None
+               ) -> dict[int, ChunkResult]:
+        """One `generate` call: a take of each job with its seed, judged (`take_problem`, `verify`)."""
+        began = time.perf_counter()
+        inputs = self.processor([job.text for job in batch], reference=[voices.get(job.voice_key) for job in batch])
+        output = self.model.generate(
+            **inputs.to(self.model.device), seed=seeds, return_dict_in_generate=True, output_audio=True,
+            streamer=display.streamer() if display else None, **self.generate_kwargs,
+        )
+        frames, finished = output.audio_code_lengths.tolist(), output.finished.tolist()
+        takes = {}
+        for i, job in enumerate(batch):
+            take = ChunkResult(job.text, output.audio_codes[i, : frames[i]].detach().cpu(),
+                               output.audio[i].detach().float().cpu().reshape(-1), bool(finished[i]), seeds[i],
+                               self.spec.frame_rate, job.speaker, job.line_number)
+            take.problem = take_problem(take.finished, take.duration, take.text, self.seconds_per_char)
+            if self.verify is not None and take.problem is None:
+                take.wer = transcript_wer(self.verify, take.waveform, self.spec.sampling_rate, take.text)
+                take.problem = f"WER {take.wer:.2f} above {self.max_wer:g}" if take.wer > self.max_wer else None
+            take.attempts = [{"seed": take.seed, "finished": take.finished, "seconds": round(take.duration, 3),
+                              "problem": take.problem, "wer": take.wer}]
+            takes[job.index] = take
+        self.generation_seconds += time.perf_counter() - began
+        return takes
+
+
+def _better_take(kept: ChunkResult, new: ChunkResult) -> ChunkResult:
+    """The take kept after a retry, with both attempt lists: the first good one, else the best (ended, lowest WER)."""
+    def rank(take: ChunkResult) -> tuple:
+        return take.problem is not None, not take.finished, take.wer or 0.0
+
+    best = new if rank(new) < rank(kept) else kept
+    best.attempts = kept.attempts + new.attempts
+    return best
+
+
+def spoken_characters(text: str) -> int:
+    """The characters of `text` that take time to say: letters and digits outside control tags (`TAG_PATTERN`), a CJK
+    character, kana or hangul syllable counted as 3 (a syllable, about three Latin letters' time)."""
+    return sum(3 if _WIDE.match(c) else 1 for c in TAG_PATTERN.sub(" ", text) if c.isalnum())
+
+
+_WIDE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af\uf900-\ufaff]")
+
+
+def take_problem(finished: bool, seconds: float, text: str,
+                 seconds_per_char: tuple[float, float] | None = DEFAULT_SECONDS_PER_CHAR) -> str | None:
+    """Why a take of `text` lasting `seconds` is bad, or None: it ran to the limit (`finished` False), or it ended
+    below `low * n` seconds or above `high * n + 1 + t` (`seconds_per_char = (low, high)`, n: `spoken_characters`, t:
+    its control tags, a second each for a sound or a pause)."""
+    if not finished:
+        return "ran to the length limit without its end of speech"
+    if seconds_per_char is not None:
+        (low, high), count = seconds_per_char, spoken_characters(text)
+        if seconds < low * count or seconds > high * count + 1.0 + len(TAG_PATTERN.findall(text)):
+            return (f"{seconds:.2f} s for {count} characters is outside [{low:g}, {high:g}] s per character "
+                    "(seconds_per_char)")
+    return None
+
+
+def check_take_options(retries, seconds_per_char, verify, max_wer) -> tuple:
+    """The retry options, checked once (a `ValueError` naming the first bad one): `retries` an integer >= 0,
+    `seconds_per_char` None or `(low, high)` with 0 <= low < high, `verify` None or a callable ASR pipeline, `max_wer`
+    a number >= 0. Returns them (`seconds_per_char` as a tuple)."""
+    def number(value) -> bool:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < math.inf
+
+    bounds = tuple(seconds_per_char) if isinstance(seconds_per_char, (tuple, list)) else None
+    problem = None
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        problem = f"retries must be an integer >= 0 (0: no retry), got {retries!r}"
+    elif seconds_per_char is not None and not (bounds and len(bounds) == 2 and all(map(number, bounds))
+                                               and bounds[0] < bounds[1]):
+        problem = f"seconds_per_char must be None or (low, high) seconds with 0 <= low < high, got {seconds_per_char!r}"
+    elif verify is not None and not callable(verify):
+        problem = ("verify must be a transformers ASR pipeline (pipeline('automatic-speech-recognition', model=...)), "
+                   f"got a {type(verify).__name__}")
+    elif not number(max_wer):
+        problem = f"max_wer must be a number >= 0, got {max_wer!r}"
+    if problem:
+        raise ValueError(problem + ".")
+    return retries, bounds, verify, max_wer
+
+
+_PUNCTUATION = re.compile(r"[^\w\s']|_")
+
+
+def wer_words(text: str) -> list[str]:
+    """THE text normaliser of every WER here (`verify=`, `higgs-v3 eval`), after Seed-TTS-eval's: control tags
+    dropped, punctuation removed (apostrophes kept), lower case, and each CJK character, kana or hangul syllable a word
+    of its own (so Chinese is scored as CER). Returns the words."""
+    text = _PUNCTUATION.sub(" ", TAG_PATTERN.sub(" ", text)).lower()
+    return _WIDE.sub(lambda match: f" {match.group()} ", text).split()
+
+
+def word_error_rate(reference: str, hypothesis: str) -> float:
+    """jiwer's WER of `hypothesis` against `reference`, both through `wer_words` (a blank reference: 0.0 when the
+    hypothesis is blank too, else 1.0). Needs jiwer (`pip install jiwer`, or the `eval` extra)."""
+    try:
+        import jiwer
+    except ImportError as error:
+        raise ImportError("Word error rates (verify=, higgs-v3 eval) need jiwer: pip install jiwer (or higgs-v3[eval])."
+                          ) from error
+    truth, words = " ".join(wer_words(reference)), " ".join(wer_words(hypothesis))
+    return float(jiwer.wer(truth, words)) if truth else float(bool(words))
+
+
+def transcript_wer(asr, waveform: torch.Tensor, sampling_rate: int, text: str) -> float:
+    """`word_error_rate(text, what asr hears)`: the take resampled to the pipeline's rate (`resample_audio`)."""
+    rate = asr.feature_extractor.sampling_rate
+    samples = resample_audio(waveform.float(), sampling_rate, rate).numpy()
+    return word_error_rate(text, asr({"raw": samples, "sampling_rate": rate})["text"])
 
 
 def synthesize_long(
     model: PreTrainedModel, processor: ProcessorMixin, text: str, *, reference: object | None = None,
     reference_text: str | None = None, sampling_rate: int | None = None, max_chars: int = DEFAULT_MAX_CHARS,
     pause_seconds: float = DEFAULT_PAUSE_SECONDS, batch_size: int = DEFAULT_BATCH_SIZE, seed: int | None = None,
-    max_seconds: float | None = None, progress: bool | object = False, **generate_kwargs,
+    max_seconds: float | None = None, progress: bool | object = False, retries: int = DEFAULT_RETRIES,
+    seconds_per_char: tuple[float, float] | None = DEFAULT_SECONDS_PER_CHAR, verify=None, max_wer: float = 0.5,
+    normalize: str | None = None, **generate_kwargs,
 ) -> SpeechResult:
     """Speak a text of any length: split with `split_text`, the chunks generated in batches (`batch_size`, 8) and joined
     with `pause_seconds` (0.3) of silence. Without `reference` (anything `resolve_voice` takes, with `reference_text`
     and the `sampling_rate` of samples), chunk 0 becomes every later chunk's voice. `model` and `processor` may come
     from either import path; `max_chars` (300) bounds a chunk, `max_seconds` its audio (`max_new_tokens_for`); `seed`
     defaults to `draw_seed()`; `progress` is True (a tqdm bar on stderr) or a file to draw it on; `generate_kwargs`
-    go to `model.generate`."""
-    jobs = speech_jobs(processor, text, max_chars)
+    go to `model.generate`. A bad take (`take_problem` with `seconds_per_char`; with `verify`, an ASR pipeline, a WER
+    above `max_wer`) is redone up to `retries` times with `retry_seed`s; `ChunkResult.attempts` lists the takes.
+    `normalize="en"` spells out numbers, dates and currency (`normalize_text`; off by default)."""
+    jobs = speech_jobs(processor, text, max_chars, normalize)
     synthesizer = _Synthesizer(model, processor, pause_seconds=pause_seconds, batch_size=batch_size, seed=seed,
-                               max_seconds=max_seconds, progress=progress, generate_kwargs=generate_kwargs)
+                               max_seconds=max_seconds, progress=progress, generate_kwargs=generate_kwargs,
+                               retries=retries, seconds_per_char=seconds_per_char, verify=verify, max_wer=max_wer)
     if reference is None and reference_text is not None:
         raise ValueError("reference_text was given without a reference voice or clip; pass reference as well.")
     voice = None if reference is None else resolve_voice(model, processor, reference, reference_text, sampling_rate)
@@ -396,7 +542,9 @@ def synthesize_dialogue(
     model: PreTrainedModel, processor: ProcessorMixin, script: str | Sequence[DialogueLine] | Sequence[tuple[str, str]],
     voices: Mapping[str, object] | None = None, *, auto_voices: bool = False, max_chars: int = DEFAULT_MAX_CHARS,
     pause_seconds: float = DEFAULT_DIALOGUE_PAUSE_SECONDS, batch_size: int = DEFAULT_BATCH_SIZE,
-    seed: int | None = None, max_seconds: float | None = None, progress: bool | object = False, **generate_kwargs,
+    seed: int | None = None, max_seconds: float | None = None, progress: bool | object = False,
+    retries: int = DEFAULT_RETRIES, seconds_per_char: tuple[float, float] | None = DEFAULT_SECONDS_PER_CHAR,
+    verify=None, max_wer: float = 0.5, normalize: str | None = None, **generate_kwargs,
 ) -> SpeechResult:
     r"""
     Speak a dialogue (`parse_dialogue`: `[Name] text` lines, `DialogueLine`s or `(speaker, text)` pairs), each line with
@@ -404,9 +552,10 @@ def synthesize_dialogue(
     `auto_voices` a voiceless speaker gets their first chunk's voice, else is refused (usually a typo in a name). The
     other options are `synthesize_long`'s (`pause_seconds` defaults to 0.4).
     """
-    jobs = dialogue_jobs(processor, script, max_chars)
+    jobs = dialogue_jobs(processor, script, max_chars, normalize)
     synthesizer = _Synthesizer(model, processor, pause_seconds=pause_seconds, batch_size=batch_size, seed=seed,
-                               max_seconds=max_seconds, progress=progress, generate_kwargs=generate_kwargs)
+                               max_seconds=max_seconds, progress=progress, generate_kwargs=generate_kwargs,
+                               retries=retries, seconds_per_char=seconds_per_char, verify=verify, max_wer=max_wer)
     voices = dict(voices or {})
     missing = check_dialogue_voices(jobs, voices, auto_voices)
     resolved = {name: resolve_voice(model, processor, spec, where=f"the voice of {name!r}")
@@ -418,6 +567,8 @@ __all__ = [
     "DEFAULT_BATCH_SIZE",
     "DEFAULT_DIALOGUE_PAUSE_SECONDS",
     "DEFAULT_PAUSE_SECONDS",
+    "DEFAULT_RETRIES",
+    "DEFAULT_SECONDS_PER_CHAR",
     "ChunkResult",
     "SpeechJob",
     "SpeechProgress",
@@ -427,7 +578,12 @@ __all__ = [
     "rows_for_max_seconds",
     "resolve_voice",
     "speech_jobs",
+    "spoken_characters",
     "synthesize_dialogue",
     "synthesize_long",
     "synthesize_stream",
+    "take_problem",
+    "transcript_wer",
+    "wer_words",
+    "word_error_rate",
 ]

@@ -32,7 +32,7 @@ from transformers.utils import logging
 
 from .audio_io_higgs_v3 import (REFERENCE_ADVICE, TARGET_ADVICE, VOICE_FILE_SUFFIXES, HiggsAudioV3Voice, ReferenceClip,
                                  check_length, load_reference, save_audio)
-from .chunking_higgs_v3 import TAG_PATTERN, nothing_to_speak
+from .chunking_higgs_v3 import TAG_PATTERN, normalize_text, nothing_to_speak
 from .codec_higgs_v3 import resampled_length
 from .delay_higgs_v3 import HiggsAudioV3AudioSpec, check_codes
 from .longform_higgs_v3 import SpeechResult, synthesize_dialogue, synthesize_long, synthesize_stream
@@ -95,6 +95,7 @@ _RENDERED = re.compile("{tts}(?:{ref_text}(.*?))?({ref_audio})?{text}(.*){audio_
 class HiggsAudioV3TextKwargs(TypedDict, total=False):
     padding_side: str  # training examples: "left" or "right" (prompts are always left padded)
     return_tensors: str | None
+    normalize: str | None  # "en": numbers, dates and currency spelled out (`normalize_text`); None: the text as given
 
 
 class HiggsAudioV3AudioKwargs(TypedDict, total=False):
@@ -345,7 +346,8 @@ class HiggsAudioV3Processor(ProcessorMixin):
             reference_text / reference_codes / audio_target: transcripts, raw codes `[T, num_codebooks]`, and training
                 targets (raw codes from `model.encode_target(clip)`, or voices).
             kwargs (`HiggsAudioV3ProcessorKwargs`): `return_tensors` ("pt"; "np"; None: lists, a clip's waveform as a
-                numpy array), `sampling_rate` of samples (one, or one per text), `padding_side` of training examples.
+                numpy array), `sampling_rate` of samples (one, or one per text), `padding_side` of training examples,
+                `normalize` ("en": numbers, dates and currency of the texts spelled out, `normalize_text`; off: None).
 
         Returns:
             `BatchEncoding` with `input_ids`, `attention_mask` `[B, L]`, with references `audio_input_ids`
@@ -355,11 +357,12 @@ class HiggsAudioV3Processor(ProcessorMixin):
         """
         if unknown := sorted(set(kwargs) - _OPTIONS):
             raise TypeError(f"HiggsAudioV3Processor got unexpected keyword arguments {unknown}; the options are "
-                            "return_tensors, sampling_rate and padding_side.")
+                            "return_tensors, sampling_rate, padding_side and normalize.")
         options = self._merge_kwargs(HiggsAudioV3ProcessorKwargs, **kwargs)
         return_tensors = options["text_kwargs"]["return_tensors"]
         texts, references = self._requests(text, reference, reference_text, reference_codes,
                                            options["audio_kwargs"].get("sampling_rate"))
+        texts = [normalize_text(text, options["text_kwargs"].get("normalize")) for text in texts]
         if audio_target is None:
             return BatchEncoding(self._prompts(texts, references), tensor_type=return_tensors)
         # *** training examples (issue 16): the prompt followed by the target's rows, with labels ***

@@ -52,6 +52,16 @@ def draw_seed() -> int:
     return int(torch.randint(0, SEED_LIMIT, (), dtype=torch.long))
 
 
+RETRY_SEED_STRIDE: int = 2**40
+"""Retry `k` of a take with seed `s` uses `retry_seed(s, k)`: far from every chunk seed `s + i` of the same request."""
+
+
+def retry_seed(seed: int, attempt: int) -> int:
+    """The seed of retry `attempt` (1, 2, ...) of a take seeded `seed`: `(seed + attempt * 2**40) % 2**62`, a pure
+    function, so a rerun redoes the same takes with the same seeds (and gets the same audio)."""
+    return (seed + attempt * RETRY_SEED_STRIDE) % SEED_LIMIT
+
+
 def sampling_problems(generation_config: GenerationConfig) -> list[str]:
     """The sampling fields transformers' warpers would take but the spec does not (a `top_p` of 0 or NaN, a `min_p`
     outside [0, 1]), one sentence each."""
@@ -148,6 +158,6 @@ class HiggsAudioV3SeededSampler(LogitsProcessor):
 
 
 __all__ = [
-    "SEED_LIMIT", "HiggsAudioV3SeededSampler", "check_seed", "counter_uniform", "draw_seed", "sampling_problems",
-    "sampling_warpers", "seed_problem",
+    "RETRY_SEED_STRIDE", "SEED_LIMIT", "HiggsAudioV3SeededSampler", "check_seed", "counter_uniform", "draw_seed",
+    "retry_seed", "sampling_problems", "sampling_warpers", "seed_problem",
 ]

@@ -24,13 +24,15 @@ depends only on the manifest, `--seed` and the chunking (`--max-chars`), so a re
 with a given seed gets the same codes alone or in any batch, an item's audio does not depend on the batch it shared,
 the process it ran on, or the number of processes. Items are grouped `--batch-size` at a time into `generate` calls (the longform synthesis core), and each finished item is written at once, atomically
 (`audio_io_higgs_v3.atomic_output`: a temporary file, flushed to disk, then `os.replace`): its audio, then its record (`.higgs_v3_batch/<output>.json`: duration, finished
-flag, seed, chunks, and the run's recipe). An item is complete when both are there and the record matches the manifest
-line and the run's recipe (`batch_recipe`: the model's weights fingerprint, dtype, `--max-seconds`, chunk size and
-sampling settings; a voice or reference file is known by the sha256 of its bytes); a rerun skips complete items, so a
-run that was killed or crashed is finished by running it again, and nothing is generated twice, while an item made by
-another model, dtype or limit, or with a voice file since replaced, is spoken again (the summary says how many, and
-what changed). With `--keep-going`, an item whose voice cannot be made (a damaged file, a dead URL) is skipped and
-listed at the end (exit code 1) instead of stopping the run; saved voices are checked before any generation.
+flag, seed, chunks, each chunk's kept seed and number of takes, and the run's recipe; bad takes are redone as
+`synthesize_long` redoes them, `--retries` times at most). An item is complete when both are there and the record
+matches the manifest line and the run's recipe (`batch_recipe`: the model's weights fingerprint, dtype,
+`--max-seconds`, chunk size and sampling settings; a voice or reference file is known by the sha256 of its bytes); a
+rerun skips complete items, so a run that was killed or crashed is finished by running it again, and nothing is
+generated twice, while an item made by another model, dtype or limit, or with a voice file since replaced, is spoken
+again (the summary says how many, and what changed). With `--keep-going`, an item whose voice cannot be made (a
+damaged file, a dead URL) is skipped and listed at the end (exit code 1) instead of stopping the run; saved voices are
+checked before any generation.
 
 Data parallel: under `accelerate launch` (or `torchrun`) every process reads the manifest, the pending items are listed
 before any process writes, and `PartialState.split_between_processes` gives each process its share. Each process shows
@@ -63,6 +65,9 @@ MANIFEST_KEYS: dict[str, str] = {
     "reference_text": "the transcript of the reference clip",
 }
 """The keys a manifest line may have."""
+
+TAKE_OPTIONS = ("retries", "seconds_per_char", "verify", "max_wer")
+"""The long-form core's options for bad takes (`synthesize_long`'s), passed through `run_batch`'s keywords."""
 
 AUDIO_SUFFIXES: tuple[str, ...] = (".wav", ".flac", ".ogg")
 """Output suffixes written as such; any other name gets `.wav` appended."""
@@ -330,7 +335,8 @@ def _speak_group(model, processor, group: list[BatchItem], voices: dict, *, batc
                  max_seconds, generate_kwargs: dict):
     """The items of `group` spoken together: their chunks go through the longform synthesis core in `generate` calls
     of `batch_size`, each chunk with its item's voice (`voices`, by output; or its item's first chunk's) and seed
-    `item.seed + k`. Returns `[(item, waveform, chunks)]` in group order."""
+    `item.seed + k`; bad takes redone as `synthesize_long` redoes them (`TAKE_OPTIONS` in `generate_kwargs`: the
+    long-form core's). Returns `[(item, waveform, chunks)]` in group order."""
     from ..longform_higgs_v3 import DEFAULT_PAUSE_SECONDS, SpeechJob, _Synthesizer, speech_jobs
 
     jobs = []
@@ -338,8 +344,10 @@ def _speak_group(model, processor, group: list[BatchItem], voices: dict, *, batc
         for k, job in enumerate(speech_jobs(processor, item.text, max_chars)):
             jobs.append(SpeechJob(job.text, len(jobs), voice_key=item.output, speaker=item.output,
                                   line_number=position, seed=item.seed + k))
+    takes = {name: generate_kwargs[name] for name in TAKE_OPTIONS if name in generate_kwargs}
+    generate_kwargs = {name: value for name, value in generate_kwargs.items() if name not in TAKE_OPTIONS}
     synthesizer = _Synthesizer(model, processor, pause_seconds=DEFAULT_PAUSE_SECONDS, batch_size=batch_size, seed=0,
-                               max_seconds=max_seconds, progress=False, generate_kwargs=generate_kwargs)
+                               max_seconds=max_seconds, progress=False, generate_kwargs=generate_kwargs, **takes)
     result = synthesizer.speak(jobs, {item.output: voices[item.output] for item in group})
     waveforms = result.line_waveforms()  # one per item: its chunks joined with the pause, in group order
     by_item = [[chunk for chunk in result.chunks if chunk.line_number == position] for position in range(len(group))]
@@ -358,6 +366,7 @@ def run_batch(
     state=None,
     progress: bool = True,
     keep_going: bool = False,
+    normalize: str | None = None,
     **generate_kwargs,
 ) -> BatchSummary:
     """Speak every pending item of `items` into `out_dir` (see the module docstring), this process's share of them when
@@ -365,14 +374,18 @@ def run_batch(
     its line and of this run's `batch_recipe` (a changed model, dtype, limit or voice file speaks it again). The saved
     voices of this process's items are checked before any generation; with `keep_going`, an item whose voice cannot be
     made (a damaged voice or clip, a dead URL) is skipped and reported (`summary.failed`) instead of stopping the run.
-    Returns the summary (complete on the main process: the written lists of every process)."""
-    from ..chunking_higgs_v3 import DEFAULT_MAX_CHARS
+    With `normalize="en"` the texts' numbers are spelled out first (`normalize_text`: the records hold the spoken
+    text). Returns the summary (complete on the main process: the written lists of every process)."""
+    from dataclasses import replace
+
+    from ..chunking_higgs_v3 import DEFAULT_MAX_CHARS, normalize_text
 
     began = time.perf_counter()
     out_dir = Path(out_dir)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
     max_chars = max_chars or DEFAULT_MAX_CHARS
+    items = [replace(item, text=normalize_text(item.text, normalize)) for item in items]
     items = _checked_items(processor, items, max_chars)
     (out_dir / RECORDS_DIR).mkdir(parents=True, exist_ok=True)
     recipe = batch_recipe(model, max_seconds, max_chars, generate_kwargs)
@@ -523,7 +536,9 @@ def _write_item(out_dir: Path, item: BatchItem, waveform, chunks, sampling_rate:
         "output": item.output, "line": item.line, **item.record_key(), "duration": round(duration, 6),
         "finished": all(chunk.finished for chunk in chunks), "chunks": len(chunks),
         "unfinished_chunks": [k for k, chunk in enumerate(chunks) if not chunk.finished],
-        "chunk_seeds": [chunk.seed for chunk in chunks], "process": rank, "recipe": recipe,
+        "chunk_seeds": [chunk.seed for chunk in chunks], "chunk_attempts": [len(chunk.attempts) for chunk in chunks],
+        "failed_chunks": [k for k, chunk in enumerate(chunks) if chunk.problem is not None], "process": rank,
+        "recipe": recipe,
     }
     with atomic_output(_record_path(out_dir, item)) as temporary:
         temporary.write_text(json.dumps(record, ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
@@ -541,8 +556,16 @@ def _progress_bar(total: int, rank: int, world: int):
 
 # ============================================================================================= the command
 def cmd_batch(args) -> int:
-    """`higgs-v3 batch` (its options: `cli/main`): read and check the manifest, load the model on this process's
-    device, run, summarize."""
+    """`higgs-v3 batch` (its options: `cli/main`): `batch_from_args`, then the summary on the main process."""
+    summary, main_process = batch_from_args(args)
+    if main_process:
+        print(summary.line())
+    return 1 if summary.failed else 0
+
+
+def batch_from_args(args) -> tuple[BatchSummary, bool]:
+    """Read and check the manifest, load the model on this process's device, run (`run_batch`). Returns the summary
+    and whether this is the main process (`higgs-v3 eval` synthesizes through it too)."""
     from ..delay_higgs_v3 import HiggsAudioV3AudioSpec
     from ..generation_higgs_v3 import MAX_POSITIONS
     from ..longform_higgs_v3 import rows_for_max_seconds
@@ -556,6 +579,10 @@ def cmd_batch(args) -> int:
     out_dir = Path(args.out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise ValueError(f"--out-dir {args.out_dir!r} is a file; give a folder.")
+    if getattr(args, "verify", None):  # found (or named as missing) before the model loads
+        from ..evaluation.scoring import resolve_scorer
+
+        resolve_scorer(args.verify, "ASR model", "--verify")
 
     from accelerate import PartialState
 
@@ -572,10 +599,25 @@ def cmd_batch(args) -> int:
     if args.model == TINY_RANDOM and max_seconds is None:
         max_seconds = TINY_RANDOM_MAX_SECONDS
     summary = run_batch(model, processor, items, out_dir, batch_size=args.batch_size, max_seconds=max_seconds,
-                        state=state, progress=not args.no_progress, keep_going=args.keep_going)
-    if state.is_main_process:
-        print(summary.line())
-    return 1 if summary.failed else 0
+                        state=state, progress=not args.no_progress, keep_going=getattr(args, "keep_going", False),
+                        normalize=getattr(args, "normalize", None), **_take_options(args, model))
+    return summary, state.is_main_process
+
+
+def _take_options(args, model) -> dict:
+    """`run_batch`'s options for bad takes from the command's: `--retries` (unset: the library's default, or
+    `TINY_RANDOM_RETRIES` for the demo model), and `--verify`'s ASR pipeline (loaded on the model's device) with
+    `--max-wer`."""
+    from .models import TINY_RANDOM, TINY_RANDOM_RETRIES
+
+    options = {} if getattr(args, "retries", None) is None else {"retries": args.retries}
+    if getattr(args, "retries", None) is None and args.model == TINY_RANDOM:
+        options["retries"] = TINY_RANDOM_RETRIES
+    if getattr(args, "verify", None):
+        from ..evaluation.scoring import load_asr
+
+        options |= {"verify": load_asr(args.verify, str(model.device)), "max_wer": args.max_wer}
+    return options
 
 
 def check_launch() -> None:
@@ -602,6 +644,7 @@ __all__ = [
     "RECORDS_DIR",
     "RESULTS_FILE",
     "assign_default_seeds",
+    "batch_from_args",
     "batch_recipe",
     "check_launch",
     "cmd_batch",

@@ -44,12 +44,15 @@ from pathlib import Path
 
 
 from ..conversion.original_format import ORIGINAL_CODEC_CONFIG_FILE, ORIGINAL_REPO_ID, PushError
+from ..evaluation.run import cmd_eval
+from ..evaluation.scoring import DEFAULT_ASR, DEFAULT_SPEAKER_MODEL
 from .batch import cmd_batch
 from .convert import cmd_convert
 from .models import (  # standard library only at import, as the modules above
     DEFAULT_MODEL,
     TINY_RANDOM,
     TINY_RANDOM_MAX_SECONDS,
+    TINY_RANDOM_RETRIES,
     load_model,
     load_processor,
     resolve_model,
@@ -123,6 +126,7 @@ def build_parser(convert_prog: str | None = None) -> argparse.ArgumentParser:
     _add_speak_parser(commands)
     _add_convert_parser(commands, convert_prog)
     _add_batch_parser(commands)
+    _add_eval_parser(commands)
     tiny = commands.add_parser(
         "make-tiny",
         help="write the tiny random demo model",
@@ -200,8 +204,37 @@ def _add_batch_parser(commands) -> None:
     batch.add_argument("--keep-going", action="store_true",
                        help="skip an item whose voice or reference cannot be used (a damaged file, a dead URL) and "
                        "report it at the end (exit code 1), instead of stopping there")
+    _add_take_options(batch)
+    _add_verify_options(batch)
     batch.add_argument("--no-progress", action="store_true", help="no progress bars")
     batch.set_defaults(run=cmd_batch, quiet_libraries=True)
+
+
+def _add_eval_parser(commands) -> None:
+    evaluate = commands.add_parser(
+        "eval", help="speak a Seed-TTS-eval list and score it (WER, speaker similarity, runaways, RTF)",
+        description="Speak every item of a Seed-TTS-eval list (utt|prompt_text|prompt_wav|text) or a JSONL manifest "
+        "as `higgs-v3 batch` does (resumable), then score it: WER / CER with an ASR model, speaker similarity with a "
+        "speaker-verification model. Writes items.csv, summary.json and plots into --out-dir (docs/EVALUATION.md).",
+    )
+    evaluate.add_argument("list", help="a Seed-TTS-eval list (meta.lst) or a .jsonl manifest (utt, text, prompt_wav, "
+                          "prompt_text, seed)")
+    evaluate.add_argument("--out-dir", required=True, help="folder for the audio, items.csv, summary.json, plots")
+    evaluate.add_argument("--model", default=os.environ.get("HIGGS_V3_MODEL", DEFAULT_MODEL),
+                          help=f"the model to evaluate (as for speak; default: $HIGGS_V3_MODEL or {DEFAULT_MODEL})")
+    evaluate.add_argument("--asr", default=DEFAULT_ASR, help=f"ASR model: a folder or a Hub id (default {DEFAULT_ASR})")
+    evaluate.add_argument("--speaker-model", default=DEFAULT_SPEAKER_MODEL,
+                          help=f"x-vector speaker-verification model (default {DEFAULT_SPEAKER_MODEL})")
+    evaluate.add_argument("--language", default=None, help="passed to a Whisper ASR model (en, zh; default: detected)")
+    evaluate.add_argument("--device", default="auto", help="auto, cpu, cuda, mps (the model and the scorers)")
+    evaluate.add_argument("--dtype", default="auto", choices=["auto", *DTYPES])
+    evaluate.add_argument("--batch-size", type=_positive("--batch-size", int), default=8,
+                          help="items per generate call")
+    evaluate.add_argument("--max-seconds", type=_positive("--max-seconds"), default=None, help="audio limit per chunk")
+    evaluate.add_argument("--seed", type=_number("--seed", int), default=0, help="item i's seed is --seed plus i")
+    _add_take_options(evaluate)
+    evaluate.add_argument("--no-progress", action="store_true", help="no progress bars")
+    evaluate.set_defaults(run=cmd_eval, quiet_libraries=True)
 
 
 def _add_serve_parser(commands) -> None:
@@ -335,6 +368,40 @@ def _skipped_note(skipped: list[str]) -> str:
     return f"; skipped {len(names)} bad item{'s' if len(names) > 1 else ''} ({shown})"
 
 
+def _add_long_text_options(long_form) -> None:
+    """`speak`'s long-text group."""
+    # Unset long-text options take the library's defaults (`longform_higgs_v3`); the help states them.
+    long_form.add_argument("--max-seconds", type=_positive("--max-seconds"),
+                           help="limit of audio per chunk (default: the model's generation config; about 82 s for the "
+                           f"real model, {TINY_RANDOM_MAX_SECONDS} s for tiny-random)")
+    long_form.add_argument("--max-chars", type=_positive("--max-chars", int),
+                           help="largest chunk in characters, tags not counted (default 300)")
+    long_form.add_argument("--pause", type=_number("--pause", float, "zero or more", lambda number: number >= 0),
+                           help="seconds of silence between chunks (default 0.3; 0.4 between dialogue lines)")
+    _add_take_options(long_form)
+    _add_verify_options(long_form)
+    long_form.add_argument("--batch-size", type=_positive("--batch-size", int),
+                           help="chunks generated together (default 8)")
+
+
+def _add_take_options(group) -> None:
+    """What `speak`, `batch` and `eval` share: `--retries` (unset: the library's default), `--normalize`."""
+    group.add_argument("--retries", type=_number("--retries", int, "0 or more", lambda n: n >= 0),
+                       help="redo a bad take (ran away, or its duration per character off) at most N times (default 2; "
+                       f"0: never; {TINY_RANDOM_RETRIES} for {TINY_RANDOM})")
+    group.add_argument("--normalize", choices=["en"], default=None,
+                       help="spell out numbers, dates, times, currency and percentages (needs num2words; default: off)")
+
+
+def _add_verify_options(group) -> None:
+    """`speak` and `batch`: every take checked by ear (`verify=`)."""
+    group.add_argument("--verify", metavar="ASR", default=None,
+                       help="transcribe each take with this ASR model (a folder or a Hub id, e.g. "
+                       "openai/whisper-large-v3) and redo it when its WER is above --max-wer (needs jiwer)")
+    group.add_argument("--max-wer", type=_number("--max-wer", float, "0 or more", lambda n: n >= 0), default=0.5,
+                       help="with --verify: the highest WER a take may have (default 0.5)")
+
+
 def _add_speak_parser(commands) -> None:
     speak = commands.add_parser(
         "speak",
@@ -379,17 +446,7 @@ def _add_speak_parser(commands) -> None:
     sampling.add_argument("--min-p", type=_probability("--min-p"), help="drop codes below min-p times the most likely one")
     sampling.add_argument("--greedy", action="store_true", help="greedy decoding instead of sampling")
 
-    long_form = speak.add_argument_group("long text")
-    # Unset long-text options take the library's defaults (`longform_higgs_v3`); the help states them.
-    long_form.add_argument("--max-seconds", type=_positive("--max-seconds"),
-                           help="limit of audio per chunk (default: the model's generation config; about 82 s for the "
-                           f"real model, {TINY_RANDOM_MAX_SECONDS} s for tiny-random)")
-    long_form.add_argument("--max-chars", type=_positive("--max-chars", int),
-                           help="largest chunk in characters, tags not counted (default 300)")
-    long_form.add_argument("--pause", type=_number("--pause", float, "zero or more", lambda number: number >= 0),
-                           help="seconds of silence between chunks (default 0.3; 0.4 between dialogue lines)")
-    long_form.add_argument("--batch-size", type=_positive("--batch-size", int),
-                           help="chunks generated together (default 8)")
+    _add_long_text_options(speak.add_argument_group("long text"))
 
     output = speak.add_argument_group("output")
     output.add_argument("-o", "--output", default="speech.wav", help="audio file to write (default speech.wav)")
@@ -544,6 +601,8 @@ class SpeakRequest:
     generate_kwargs: dict = field(default_factory=dict)  # the sampling options given
     longform_options: dict = field(default_factory=dict)  # max_chars, pause_seconds, batch_size, max_seconds given
     voices: dict = field(default_factory=dict)  # dialogue: speaker -> (clip or voice file, transcript), by validate()
+    verify: str | None = None  # --verify: the ASR model that checks every take
+    max_wer: float = 0.5
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> SpeakRequest:
@@ -556,7 +615,9 @@ class SpeakRequest:
         if args.greedy:
             request.generate_kwargs["do_sample"] = False
         options = {"max_chars": args.max_chars, "pause_seconds": args.pause, "batch_size": args.batch_size,
-                   "max_seconds": args.max_seconds}
+                   "max_seconds": args.max_seconds, "retries": args.retries, "normalize": args.normalize}
+        if args.retries is None and args.model == TINY_RANDOM:
+            options["retries"] = TINY_RANDOM_RETRIES
         request.longform_options = {name: value for name, value in options.items() if value is not None}
         return request
 
@@ -580,6 +641,10 @@ class SpeakRequest:
         if self.save_voice:
             _check_output(self.save_voice, "the voice file", VOICE_FILE_SUFFIXES)
         self._check_max_seconds()
+        if self.verify:  # found (or named as missing) before the model loads
+            from ..evaluation.scoring import resolve_scorer
+
+            resolve_scorer(self.verify, "ASR model", "--verify")
         if self.dialogue:
             from ..chunking_higgs_v3 import check_dialogue_voices, parse_dialogue
 
@@ -691,7 +756,8 @@ class SpeakRequest:
         """The processor's checks of the text (every script line) and of the transcripts, before the model loads."""
         from ..longform_higgs_v3 import dialogue_jobs, speech_jobs
 
-        chunking = {name: self.longform_options[name] for name in ("max_chars",) if name in self.longform_options}
+        chunking = {name: self.longform_options[name] for name in ("max_chars", "normalize")
+                    if name in self.longform_options}
         (dialogue_jobs if self.dialogue else speech_jobs)(processor, self.text, **chunking)
         transcripts = {"the reference text": self.ref_text}
         transcripts |= {f"the transcript of the voice of {name!r}": text for name, (_, text) in self.voices.items()}
@@ -705,6 +771,10 @@ class SpeakRequest:
         from .. import longform_higgs_v3 as longform
 
         options = {**self.longform_options, **self.generate_kwargs, "seed": self.seed, "progress": self.progress}
+        if self.verify:
+            from ..evaluation.scoring import load_asr
+
+            options |= {"verify": load_asr(self.verify, str(model.device)), "max_wer": self.max_wer}
         if self.dialogue:
             return longform.synthesize_dialogue(model, processor, self.text, self.voices, auto_voices=self.auto_voices,
                                                 **options)
@@ -832,7 +902,8 @@ def cmd_speak(args) -> int:
 
 
 def summary_line(output: str, result, seed: int, config) -> str:
-    """`Wrote OUT: D s of audio (N chunks, seed S) in G s, RTF R; <which chunks hit the limit>.`"""
+    """`Wrote OUT: D s of audio (N chunks, seed S) in G s, RTF R; <which chunks hit the limit>[; <which were
+    redone>].`"""
     chunks = len(result.chunks)
     spec = config.audio_spec
     limit_seconds = spec.seconds(spec.frames(result.max_new_tokens))
@@ -841,6 +912,8 @@ def summary_line(output: str, result, seed: int, config) -> str:
         limit = f"{len(hit)} of {chunks} chunk{'s' if chunks > 1 else ''} hit the {limit_seconds:g} s limit: " + ", ".join(map(str, hit))
     else:
         limit = f"no chunk hit the {limit_seconds:g} s limit"
+    if redone := [i + 1 for i, chunk in enumerate(result.chunks) if len(chunk.attempts) > 1]:
+        limit += f"; {len(redone)} redone with another seed: " + ", ".join(map(str, redone))
     return (
         f"Wrote {output}: {result.duration:.2f} s of audio ({chunks} chunk{'s' if chunks != 1 else ''}, seed {seed}) "
         f"in {result.generation_seconds:.2f} s, RTF {result.real_time_factor:.2f}; {limit}."

@@ -24,6 +24,8 @@ DEFAULT_MODEL = "bosonai/higgs-audio-v3-tts-4b"
 TINY_RANDOM = "tiny-random"
 # The random demo model never ends its speech by itself, so its generation config caps a chunk at 3 s of audio.
 TINY_RANDOM_MAX_SECONDS = 3
+# Nor would another seed end it: its bad takes are not redone unless --retries asks (redoing noise only costs time).
+TINY_RANDOM_RETRIES = 0
 
 
 # ------------------------------------------------------------------------------------------------- the tiny random model
@@ -242,6 +244,7 @@ def load_model(path: Path, device: str, dtype: str):
 __all__ = [
     "DEFAULT_MODEL",
     "TINY_RANDOM",
+    "TINY_RANDOM_RETRIES",
     "TINY_RANDOM_MAX_SECONDS",
     "auto_dtype",
     "cache_dir",

@@ -216,12 +216,13 @@ def test_an_item_is_written_once_each_file_through_atomic_output(tmp_path, monke
     monkeypatch.setattr(audio_io_higgs_v3, "atomic_output", spying)
     (tmp_path / RECORDS_DIR).mkdir()
     item = batch_cli.BatchItem(3, "Hi.", "a.wav", 9, None, None, None)
-    chunks = [SimpleNamespace(finished=True, seed=9)]
+    chunks = [SimpleNamespace(finished=True, seed=9 + 2**40, problem=None, attempts=[{"seed": 9}, {"seed": 9 + 2**40}])]
     duration = batch_cli._write_item(tmp_path, item, np.zeros(2400, dtype=np.float32), chunks, 24000, 0)
     assert duration == 0.1
     assert written == ["a.wav", f"{RECORDS_DIR}/a.wav.json"]
     assert soundfile.info(str(tmp_path / "a.wav")).frames == 2400
-    assert json.loads((tmp_path / RECORDS_DIR / "a.wav.json").read_text())["chunk_seeds"] == [9]
+    record = json.loads((tmp_path / RECORDS_DIR / "a.wav.json").read_text())
+    assert (record["chunk_seeds"], record["chunk_attempts"], record["failed_chunks"]) == ([9 + 2**40], [2], [])
     assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == [
         RECORDS_DIR, f"{RECORDS_DIR}/a.wav.json", "a.wav"]
 
@@ -257,6 +258,7 @@ def test_one_process_writes_every_item_with_its_record(one_process):
     assert [r["seed"] for r in results] == [41, 1, 2, 7, 4, 5, 6, 8]  # explicit, else --seed 0 + index (7 is taken)
     for record in results:
         assert record["chunks"] == 1 and record["chunk_seeds"] == [record["seed"]] and record["process"] == 0
+        assert record["chunk_attempts"] == [1]  # tiny-random's takes are not redone unless --retries asks
         assert record["duration"] > 0 and record["finished"] is (record["unfinished_chunks"] == [])
     assert _records(out_dir) == {r["output"]: r for r in results}
     assert printed.startswith("Batch: 8 items, 8 written now (process 0: 8), 0 already complete; ")
@@ -361,3 +363,27 @@ def test_reruns_redo_what_a_changed_recipe_made_and_keep_going_skips_a_dead_refe
     code, out, err = _batch([str(manifest), "--out-dir", out_dir, *OPTIONS, "--keep-going", "--dtype", "bfloat16"])
     assert out.startswith("Batch: 3 items, 2 written now (process 0: 2) (spoken again as what produced them changed: "
                           "dtype 2), 0 already complete; ")
+
+
+def test_the_take_options_reach_every_group_of_a_run(processor, monkeypatch):
+    """`run_batch(..., retries=0)` speaks its items in groups: each group's synthesizer gets the take options (not
+    only the first's), and `generate` gets none of them."""
+    from higgs_v3 import longform_higgs_v3
+
+    built = []
+
+    class Synthesizer:
+        def __init__(self, model, processor, **options):
+            built.append(options)
+
+        def speak(self, jobs, voices):
+            return SimpleNamespace(line_waveforms=lambda: [(None, None)] * len(voices), chunks=[])
+
+    monkeypatch.setattr(longform_higgs_v3, "_Synthesizer", Synthesizer)
+    options = {"retries": 0, "max_wer": 0.2, "temperature": 0.9}
+    items = [batch_cli.BatchItem(i + 1, "Hi.", f"{i}.wav", i) for i in range(2)]
+    for item in items:  # one group each
+        batch_cli._speak_group(None, processor, [item], {item.output: None}, batch_size=1, max_chars=300,
+                               max_seconds=None, generate_kwargs=options)
+    assert options == {"retries": 0, "max_wer": 0.2, "temperature": 0.9}
+    assert [(o["retries"], o["max_wer"], o["generate_kwargs"]) for o in built] == [(0, 0.2, {"temperature": 0.9})] * 2

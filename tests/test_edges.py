@@ -137,8 +137,8 @@ def test_a_record_of_another_recipe_or_voice_file_is_not_complete(tmp_path):
     (tmp_path / batch_cli.RECORDS_DIR).mkdir()
     recipe = {"model": "f00d", "dtype": "float32", "max_seconds": None, "max_chars": 300, "sampling": {"top_k": 50}}
     item = batch_cli.BatchItem(1, "Hi.", "a.wav", 9, "/v/ann.safetensors", None, None, source_sha256="ab12")
-    batch_cli._write_item(tmp_path, item, np.zeros(2400, dtype=np.float32), [SimpleNamespace(finished=True, seed=9)],
-                          24000, 0, recipe)
+    take = SimpleNamespace(finished=True, seed=9, attempts=[{}], problem=None)
+    batch_cli._write_item(tmp_path, item, np.zeros(2400, dtype=np.float32), [take], 24000, 0, recipe)
     record, changed = batch_cli._item_state(tmp_path, item, recipe)
     assert record["recipe"] == recipe and changed == []
     other = {**recipe, "model": "beef", "dtype": "bfloat16", "max_seconds": 3.0, "sampling": {"top_k": 20}}

@@ -107,6 +107,21 @@ def test_runaway_is_flagged_and_warned(model, caplog):
     assert "Sequence(s) [0] reached max_new_tokens without ending" in caplog.text
 
 
+def test_a_temperature_below_the_reported_runaway_figure_is_warned(model, caplog):
+    """Below `LOW_TEMPERATURE` (0.5; boson-ai/higgs-audio#151: 0.3 never ended) `generate` warns once per value;
+    sampling at 0.5 or above and greedy decoding do not."""
+    caplog.set_level(logging.WARNING, logger="higgs_v3")
+    prompt = plain_prompt()
+    for options in ({"temperature": 0.5}, {"temperature": 1.0}, {"do_sample": False}, {"temperature": 0.3}):
+        model.generate(input_ids=prompt[None], seed=0, max_new_tokens=2, **options)
+    warned = [r.getMessage() for r in caplog.records if "temperature=" in r.getMessage()]
+    assert warned == [
+        "temperature=0.3 is below 0.5: at low temperatures the model is reported never to sample its end of speech and "
+        "to run to max_new_tokens (boson-ai/higgs-audio#151: 0.3 hit the limit, 1.0 ended). The default, 1.0, is the "
+        "official server's."
+    ]
+
+
 def test_eoc_whose_countdown_is_cut_by_the_limit_is_unfinished(model, caplog):
     """EOC at row 12 needs rows up to 18; with max_new_tokens=16 the terminal row never comes."""
     caplog.set_level(logging.WARNING, logger="higgs_v3")

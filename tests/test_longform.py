@@ -295,7 +295,7 @@ def test_long_text_first_chunk_becomes_the_voice(tts, monkeypatch):
     recorder = Recorder(model, monkeypatch)
     text = "The first sentence is here. A second one follows it. Then a third. And the fourth one ends it."
     result = synthesize_long(model, processor, text, max_chars=30, batch_size=2, seed=100, max_seconds=0.4,
-                             pause_seconds=0.25)
+                             pause_seconds=0.25, retries=0)
     chunks = split_text(text, 30)
     assert [c.text for c in result.chunks] == chunks and len(chunks) == 4
     # Chunk 1 alone without reference; then batches of 2 with chunk 1's codes and text as the reference.
@@ -431,7 +431,8 @@ def test_dialogue_uses_each_speakers_voice(tts, monkeypatch):
     }
     recorder = Recorder(model, monkeypatch)
     script = "[Ann] Hello Bob.\n[Bob] Hi Ann! How are you?\n[Ann] Fine, thanks."
-    result = synthesize_dialogue(model, processor, script, voices, seed=3, max_seconds=0.2, pause_seconds=0.5)
+    result = synthesize_dialogue(model, processor, script, voices, seed=3, max_seconds=0.2, pause_seconds=0.5,
+                                 retries=0)
     assert [(c.speaker, c.text, c.line_number) for c in result.chunks] == [
         ("Ann", "Hello Bob.", 1), ("Bob", "Hi Ann! How are you?", 2), ("Ann", "Fine, thanks.", 3)
     ]
@@ -459,7 +460,8 @@ def test_dialogue_auto_voices_and_refusals(tts, monkeypatch):
     with pytest.raises(ValueError, match=re.escape("Unknown control tag '<|oops|>' in the transcript of the voice of 'Ann'")):
         synthesize_dialogue(model, processor, script, {"Ann": (voice, "<|oops|>")}, auto_voices=True)
     assert recorder.calls == []
-    result = synthesize_dialogue(model, processor, script, {"Ann": voice}, auto_voices=True, seed=0, max_seconds=0.2)
+    result = synthesize_dialogue(model, processor, script, {"Ann": voice}, auto_voices=True, seed=0, max_seconds=0.2,
+                                 retries=0)
     # Bob's first line comes first, without reference; then every line with its voice (Bob's from his first line).
     assert [c["input_ids"].shape[0] for c in recorder.calls] == [1, 2]
     assert "audio_input_ids" not in recorder.calls[0] and recorder.calls[0]["seed"] == [1]
@@ -541,14 +543,15 @@ def test_voices_from_another_import_of_the_package(tts, second_import, monkeypat
     ann = OtherVoice(codes=torch.randint(0, 1024, (4, C), generator=generator), text="Ann speaks.")
     bob = OtherVoice(codes=torch.randint(0, 1024, (3, C), generator=generator))
     recorder = Recorder(model, monkeypatch)
-    long = synthesize_long(model, processor, "One. Two.", reference=ann, max_chars=4, seed=0, max_seconds=0.12)
+    long = synthesize_long(model, processor, "One. Two.", reference=ann, max_chars=4, seed=0, max_seconds=0.12,
+                           retries=0)
     assert torch.equal(recorder.calls[0]["audio_input_ids"].cpu(), torch.cat([delayed_by_loop(ann.codes)] * 2))
     assert isinstance(long.voice, HiggsAudioV3Voice) and long.voice.text == "Ann speaks."
     assert resolve_voice(model, processor, bob, "Bob speaks.").text == "Bob speaks."
     recorder.calls.clear()
     script = "[Ann] Hi.\n[Bob] Hello.\n[Cy] Hey."
     dialogue = synthesize_dialogue(model, processor, script, {"Ann": ann, "Bob": (bob, "Bob speaks.")}, auto_voices=True,
-                                   seed=0, max_seconds=0.12)
+                                   seed=0, max_seconds=0.12, retries=0)
     # Cy's first line alone (no voice yet), then Ann and Bob with their voices.
     assert [c["input_ids"].shape[0] for c in recorder.calls] == [1, 2]
     expected = torch.cat([delayed_by_loop(ann.codes), delayed_by_loop(bob.codes)])

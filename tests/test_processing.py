@@ -254,7 +254,7 @@ def test_text_refusals(processor):
         processor("hi", return_tensors="tf")  # transformers' own refusal (BatchEncoding)
     with pytest.raises(TypeError, match=re.escape(
         "HiggsAudioV3Processor got unexpected keyword arguments ['referense']; the options are return_tensors, "
-        "sampling_rate and padding_side."
+        "sampling_rate, padding_side and normalize."
     )):
         processor("hi", referense="me.wav")  # a misspelled argument is refused, not ignored
     with pytest.raises(ValueError, match=re.escape("The transcript of the reference must be a string, got int.")):
