@@ -178,6 +178,17 @@ _STOCK_SAMPLING_FIELDS: dict[str, object] = {"temperature": 1.0, "top_k": 50, "t
 
 
 # ---------------------------------------------------------------------------------------------- the mixin
+def _left_aligned(input_ids, attention_mask) -> tuple:
+    """Right-padded prompts (a pipeline's tokenizer pads on the side its repo files save, the original's right) moved
+    to the left, where the prompt check and the decode step expect them; anything else as given (then validated)."""
+    if not (isinstance(input_ids, torch.Tensor) and isinstance(attention_mask, torch.Tensor)
+            and input_ids.dim() == 2 and attention_mask.shape == input_ids.shape) or bool(attention_mask[:, -1].all()):
+        return input_ids, attention_mask
+    trailing = (attention_mask.flip(-1).long().cumsum(-1) == 0).sum(-1, keepdim=True)  # [B, 1] right padding
+    index = (torch.arange(input_ids.shape[1], device=input_ids.device) - trailing) % input_ids.shape[1]  # [B, L]
+    return input_ids.gather(1, index), attention_mask.gather(1, index)
+
+
 def _argument_problems(input_ids, attention_mask, generation_config, logits_processor, stopping_criteria, streamer,
                        seed, max_positions, reference_audio, reference_audio_lengths, kwargs: dict) -> list[str]:
     """What is wrong with the types and shapes of `generate`'s arguments, one sentence each naming the argument (the
@@ -274,7 +285,8 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
 
         Args:
             input_ids (`[batch, length]`) / audio_input_ids / audio_input_ids_mask / attention_mask: left-padded
-                prompts and their delayed reference rows, as in `forward` (the mask all ones when omitted).
+                prompts (right-padded rows are left-aligned) and their delayed reference rows, as in `forward` (the
+                mask all ones when omitted).
             reference_audio / reference_audio_lengths: the processor's reference clips, each encoded once before the
                 loop into the rows marked for it (`merge_reference_clips`): the speech of `encode_reference(clip)`.
             generation_config / kwargs: `do_sample`, `temperature`, `top_k`, `top_p`, `min_p` (unset: nothing applied),
@@ -299,6 +311,7 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         """
         if output_audio:
             self._require_codec("output_audio=True")
+        input_ids, attention_mask = _left_aligned(input_ids, attention_mask)
         generation_config, model_kwargs, warpers, return_dict = self._audio_generation_config(
             input_ids, attention_mask, audio_input_ids, audio_input_ids_mask, generation_config, logits_processor,
             stopping_criteria, streamer, seed, max_positions, reference_audio, reference_audio_lengths, kwargs

@@ -403,14 +403,14 @@ def test_text_eos_check_is_dropped_from_audio_generation(model):
 
 def test_generate_refuses_input_ids_that_are_not_speech_prompts(model):
     """Plain tokenizer output (no `<|tts|>` ... `<|audio|>`) would generate sound without a word: `generate` refuses
-    it up front, naming the rows and the processor; a left-padded batch of real prompts passes."""
+    it up front, naming the rows and the processor; a left-padded batch of real prompts passes, and so does a
+    right-padded one (a pipeline's tokenizer pads on its files' side), left-aligned at the entry: the same rows."""
     tts, text, audio, pad = 151667, 151672, 151670, 151643
     good = [tts, text, 9707, audio]
     cases = {
         "no markers": ([[9707, 11, 1879, 13]], None, [0]),
         "no <|audio|> at the end": ([good, [tts, text, 9707, 13]], None, [1]),
         "no <|text|>": ([[tts, 9707, 13, audio]], None, [0]),
-        "right padded": ([good + [pad]], [[1, 1, 1, 1, 0]], [0]),
         "padding not masked": ([[pad] + good], [[1, 1, 1, 1, 1]], [0]),
     }
     for name, (ids, mask, rows) in cases.items():
@@ -424,6 +424,9 @@ def test_generate_refuses_input_ids_that_are_not_speech_prompts(model):
     rows = model.generate(input_ids=torch.tensor([[pad] + good, [tts, text, 9707, 13, audio]]),
                           attention_mask=torch.tensor([[0, 1, 1, 1, 1], [1] * 5]), max_new_tokens=9, do_sample=False)
     assert rows.shape == (2, 9, NUM_CODEBOOKS)
+    right = model.generate(input_ids=torch.tensor([good + [pad], [tts, text, 9707, 13, audio]]),
+                           attention_mask=torch.tensor([[1, 1, 1, 1, 0], [1] * 5]), max_new_tokens=9, do_sample=False)
+    assert torch.equal(right, rows)
     # A training example (the prompt, then placeholders for the target's rows) is named as such.
     with pytest.raises(ValueError, match=re.escape(
         "input_ids row(s) [0] end in audio placeholders: they are training examples (processor(text=..., "
