@@ -13,11 +13,16 @@ row `s` of the delayed matrix pictured in `delay_higgs_v3`.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from dataclasses import dataclass
 
 import torch
-from transformers import GenerationConfig, GenerationMixin, LogitsProcessor, LogitsProcessorList, StoppingCriteria
+import torch.nn.functional as F
+from transformers import (
+    AttentionInterface, GenerationConfig, GenerationMixin, LogitsProcessor, LogitsProcessorList, StoppingCriteria,
+)
+from transformers.masking_utils import AttentionMaskInterface, eager_mask
 from transformers.generation.stopping_criteria import EosTokenCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 from transformers.utils import ModelOutput, logging
@@ -41,6 +46,74 @@ def default_generation_config(config) -> GenerationConfig:
     return GenerationConfig(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=MAX_NEW_TOKENS,
                             use_cache=True, bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id,
                             pad_token_id=config.pad_token_id)
+
+
+# ------------------------------------------------------------------------------------- batch invariance
+# A row's numbers must not depend on the rows beside it. Two things made them (docs/RELIABILITY.md, "Batch
+# invariance"): a GEMM rounds a row by the call's row count (MKL: 1, 2, 3 and, threaded, 5-11 rows each differently
+# from 16 or more), and attention reduces over a key axis whose left padding shifts the reduction. Under
+# `batch_invariant` every linear runs on at least `INVARIANT_MIN_ROWS` rows and attention is `_invariant_attention`.
+INVARIANT_MIN_ROWS: int = 16
+INVARIANT_ATTENTION: str = "higgs_v3_batch_invariant"
+_INVARIANT_CHUNK_ELEMENTS: int = 1 << 24  # elements of one `[B, H, queries, keys, head_dim]` product
+
+
+def _invariant_attention(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+    """Eager attention whose reductions are sequential sums (`cumsum`, in order): masked keys (left padding, empty
+    static-cache slots) add exact zeros, so a row gets the same numbers with any padding. query `[B, H, Q, D]`,
+    key / value `[B, H_kv, T, D]`, the eager additive mask `[B, 1, Q, T]`."""
+    key = key.repeat_interleave(query.shape[1] // key.shape[1], dim=1)  # [B, H, T, D]
+    value = value.repeat_interleave(query.shape[1] // value.shape[1], dim=1)
+    chunk = max(1, _INVARIANT_CHUNK_ELEMENTS // key.numel())  # queries per product (decode steps: one chunk)
+    outputs = []
+    for start in range(0, query.shape[2], chunk):  # the prefill's queries in chunks; no loop over rows
+        scores = (query[:, :, start:start + chunk, None].float() * key[:, :, None].float()).cumsum(-1)[..., -1]
+        scores = scores * scaling  # [B, H, q, T]
+        if attention_mask is not None:
+            scores = scores + attention_mask[:, :, start:start + chunk, :key.shape[2]]
+        weights = torch.exp(scores - scores.amax(-1, keepdim=True))
+        weights = weights / weights.cumsum(-1)[..., -1:]
+        outputs.append((weights[..., None] * value[:, :, None].float()).cumsum(-2)[..., -1, :])  # [B, H, q, D]
+    return torch.cat(outputs, dim=2).to(query.dtype).transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register(INVARIANT_ATTENTION, _invariant_attention)
+AttentionMaskInterface.register(INVARIANT_ATTENTION, eager_mask)
+
+
+def _pad_rows(module, args):
+    """Forward pre-hook of a linear: its input's rows padded with zeros to `INVARIANT_MIN_ROWS` (the shape is kept on
+    the module for `_unpad_rows`)."""
+    features = args[0]
+    rows = features.numel() // features.shape[-1]
+    if rows >= INVARIANT_MIN_ROWS:
+        return None
+    module._invariant_shape = features.shape[:-1]
+    return (F.pad(features.reshape(rows, features.shape[-1]), (0, 0, 0, INVARIANT_MIN_ROWS - rows)), *args[1:])
+
+
+def _unpad_rows(module, args, output):
+    """Forward hook of a linear: the padded rows dropped, the input's shape back."""
+    shape = module.__dict__.pop("_invariant_shape", None)
+    return None if shape is None else output[:shape.numel()].reshape(*shape, output.shape[-1])
+
+
+@contextlib.contextmanager
+def invariant_numerics(model):
+    """Within it, `model`'s rows get the same numbers in any batch and with any padding: its linears on at least
+    `INVARIANT_MIN_ROWS` rows, its attention `_invariant_attention` (`generate(batch_invariant=True)` runs its loop
+    so). Measured on CPU float32 (MKL); see docs/RELIABILITY.md for where it holds."""
+    previous = model.config._attn_implementation
+    modules = [module for name, module in model.named_modules() if not name.startswith("codec")]
+    handles = [hook for linear in modules if isinstance(linear, torch.nn.Linear) for hook in (
+        linear.register_forward_pre_hook(_pad_rows), linear.register_forward_hook(_unpad_rows))]
+    model.config._attn_implementation = INVARIANT_ATTENTION
+    try:
+        yield model
+    finally:
+        model.config._attn_implementation = previous
+        for handle in handles:
+            handle.remove()
 
 
 # Generation options that have no meaning for audio codes, with the value that means "off".
@@ -278,6 +351,7 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         monitor_progress: bool = False,
         reference_audio: torch.Tensor | None = None,
         reference_audio_lengths: torch.LongTensor | None = None,
+        batch_invariant: bool = False,
         **kwargs,
     ) -> HiggsAudioV3GenerationOutput | torch.LongTensor:
         r"""
@@ -293,13 +367,17 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
                 `max_new_tokens` (audio rows, default 2048), `use_cache`, `cache_implementation`,
                 `return_dict_in_generate`, `output_scores`, `output_logits`; beam search and the like are refused.
             streamer: receives each new row as a `[batch, num_codebooks]` tensor (`put`), then `end()`.
-            seed: `int` or one per sequence (list or `[batch]` tensor), in `[0, 2**62)`: a sequence gets the same codes
-                alone or in any batch. Default: drawn from torch's global RNG. Ignored for greedy decoding.
+            seed: `int` or one per sequence (list or `[batch]` tensor), in `[0, 2**62)`: a sequence's draws are the same
+                alone or in any batch (its codes too with `batch_invariant`). Default: drawn from torch's global RNG.
+                Ignored for greedy decoding.
             output_audio: decode waveforms with the codec (default: when `return_dict_in_generate` and a codec).
             max_positions: the most positions of one request, prompt plus rows (default `MAX_POSITIONS`): a longer
                 prompt is refused, a `max_new_tokens` that would pass it is clipped with a warning (against the longest
                 prompt of a batch). None lifts the limit.
             monitor_progress (`bool`, defaults to False): show a tqdm bar of the rows generated.
+            batch_invariant (`bool`, defaults to False): a sequence's numbers do not depend on the batch beside it or
+                its padding (`invariant_numerics`; measured bit-identical on CPU float32, 2-3x slower there; see
+                docs/RELIABILITY.md): with a seed, the same codes and audio alone or in any batch, at any length.
 
         Returns `HiggsAudioV3GenerationOutput` when `return_dict_in_generate=True`, else the delayed rows `[batch, rows,
         num_codebooks]` (EOC after a sequence finished).
@@ -326,27 +404,31 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         processors, stopper = self._audio_generation_pieces(warpers, seed, batch_size, prompt_length, input_ids.device)
         progress = HiggsAudioV3ProgressBar(generation_config.max_new_tokens) if monitor_progress else None
         # *** Higgs v3 specific: the stock loop runs over B * C rows, row b * C + c holding codebook c ***
+        invariance = invariant_numerics(self) if batch_invariant else contextlib.nullcontext()
         try:
-            outputs = super().generate(
-                input_ids=input_ids.repeat_interleave(num_codebooks, dim=0),  # [B * C, L]
-                attention_mask=attention_mask if attention_mask is not None else torch.ones_like(input_ids),
-                audio_input_ids=audio_input_ids,
-                audio_input_ids_mask=audio_input_ids_mask,
-                audio_prompt_length=prompt_length,
-                audio_code_offsets=_audio_code_offsets(batch_size, num_codebooks, self.codebook_size, input_ids.device),
-                generation_config=generation_config,
-                logits_processor=LogitsProcessorList(
-                    [*(logits_processor or []), *processors, *([progress] if progress is not None else [])]
-                ),
-                stopping_criteria=StoppingCriteriaList([*(stopping_criteria or []), stopper]),
-                streamer=_RowStreamer(streamer, num_codebooks) if streamer is not None else None,
-                **model_kwargs,
-            )
+            with invariance:
+                outputs = super().generate(
+                    input_ids=input_ids.repeat_interleave(num_codebooks, dim=0),  # [B * C, L]
+                    attention_mask=attention_mask if attention_mask is not None else torch.ones_like(input_ids),
+                    audio_input_ids=audio_input_ids,
+                    audio_input_ids_mask=audio_input_ids_mask,
+                    audio_prompt_length=prompt_length,
+                    audio_code_offsets=_audio_code_offsets(
+                        batch_size, num_codebooks, self.codebook_size, input_ids.device),
+                    generation_config=generation_config,
+                    logits_processor=LogitsProcessorList(
+                        [*(logits_processor or []), *processors, *([progress] if progress is not None else [])]
+                    ),
+                    stopping_criteria=StoppingCriteriaList([*(stopping_criteria or []), stopper]),
+                    streamer=_RowStreamer(streamer, num_codebooks) if streamer is not None else None,
+                    **model_kwargs,
+                )
         finally:
             if progress is not None:
                 progress.close()
         # *** end Higgs v3 specific ***
-        return self._audio_generation_output(outputs, batch_size, prompt_length, return_dict, output_audio)
+        return self._audio_generation_output(outputs, batch_size, prompt_length, return_dict, output_audio,
+                                             batch_invariant)
 
     # -------------------------------------------------------------------------------------- generate, step by step
     def _audio_generation_config(
@@ -511,7 +593,8 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         return processors, stopper
 
     def _audio_generation_output(
-        self, outputs, batch_size: int, prompt_length: int, return_dict: bool, output_audio: bool | None
+        self, outputs, batch_size: int, prompt_length: int, return_dict: bool, output_audio: bool | None,
+        batch_invariant: bool = False,
     ) -> HiggsAudioV3GenerationOutput | torch.LongTensor:
         """Rows, lengths, flags, codes and waveforms, read off the stock loop's `[B * C, L + R]` sequences (not the
         stopper's state: a loop that undoes its last step, the deferred stop check on MPS, returns a row less)."""
@@ -533,7 +616,7 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         codes, code_lengths = spec.rows_to_codes(rows, lengths)
         if output_audio is None:
             output_audio = getattr(self, "codec", None) is not None
-        audio = self.codec.decode_frames(codes, code_lengths) if output_audio else None
+        audio = self.codec.decode_frames(codes, code_lengths, alone=batch_invariant) if output_audio else None
 
         def per_row(steps):
             return None if steps is None else tuple(s.reshape(batch_size, spec.num_codebooks, -1) for s in steps)

@@ -20,9 +20,12 @@ anything is generated.
 Each item is spoken as `synthesize_long(text, seed=seed, reference=...)` would speak it: chunk `k` uses seed
 `seed + k`. A line without `seed` gets a default one that no other chunk of the manifest uses
 (`assign_default_seeds`): `--seed` plus its index when that range of seeds is free, else the next free one; it
-depends only on the manifest, `--seed` and the chunking (`--max-chars`), so a rerun gets the same. Since a sequence
-with a given seed gets the same codes alone or in any batch, an item's audio does not depend on the batch it shared,
-the process it ran on, or the number of processes. Items are grouped `--batch-size` at a time into `generate` calls (the longform synthesis core), and each finished item is written at once, atomically
+depends only on the manifest, `--seed` and the chunking (`--max-chars`), so a rerun gets the same. The draw is keyed
+by seed, so an item's audio does not depend on the process it ran on or the number of processes; the batch it shared
+changes its logits only by float rounding (docs/RELIABILITY.md, "Batch invariance"), which can flip a code of a long
+item at another `--batch-size`; with `--batch-invariant` (`generate(batch_invariant=True)`) it changes nothing.
+Items are grouped `--batch-size` at a time into `generate` calls (the longform synthesis core), and each finished item
+is written at once, atomically
 (`audio_io_higgs_v3.atomic_output`: a temporary file, flushed to disk, then `os.replace`): its audio, then its record (`.higgs_v3_batch/<output>.json`: duration, finished
 flag, seed, chunks). An item is complete when both are there and the record matches the manifest line; a rerun skips
 complete items, so a run that was killed or crashed is finished by running it again, and nothing is generated twice.
@@ -453,7 +456,8 @@ def cmd_batch(args) -> int:
     if args.model == TINY_RANDOM and max_seconds is None:
         max_seconds = TINY_RANDOM_MAX_SECONDS
     summary = run_batch(model, processor, items, out_dir, batch_size=args.batch_size, max_seconds=max_seconds,
-                        state=state, progress=not args.no_progress)
+                        state=state, progress=not args.no_progress,
+                        **({"batch_invariant": True} if args.batch_invariant else {}))
     if state.is_main_process:
         print(summary.line())
     return 0

@@ -196,6 +196,8 @@ def _add_batch_parser(commands) -> None:
     batch.add_argument("--seed", type=_number("--seed", int), default=0,
                        help="base seed of the items without one (their index added, then moved past the seeds other "
                        "items' chunks use)")
+    batch.add_argument("--batch-invariant", action="store_true",
+                       help="an item's audio bit-identical at any --batch-size (slower; docs/RELIABILITY.md)")
     batch.add_argument("--no-progress", action="store_true", help="no progress bars")
     batch.set_defaults(run=cmd_batch, quiet_libraries=True)
 
