@@ -263,7 +263,8 @@ def _left_aligned(input_ids, attention_mask) -> tuple:
 
 
 def _argument_problems(input_ids, attention_mask, generation_config, logits_processor, stopping_criteria, streamer,
-                       seed, max_positions, reference_audio, reference_audio_lengths, kwargs: dict) -> list[str]:
+                       seed, max_positions, reference_audio, reference_audio_lengths, kwargs: dict,
+                       batch_invariant=False) -> list[str]:
     """What is wrong with the types and shapes of `generate`'s arguments, one sentence each naming the argument (the
     stock loop would fail later with an `AttributeError` or a shape error)."""
     problems = [f"generate() does not support `{name}` for audio codes. Supported: {_SUPPORTED}."
@@ -293,6 +294,8 @@ def _argument_problems(input_ids, attention_mask, generation_config, logits_proc
     if max_positions is not None and (isinstance(max_positions, bool) or not isinstance(max_positions, int)
                                       or max_positions < 1):
         problems.append(f"max_positions must be a positive number of positions or None, got {max_positions!r}.")
+    if not isinstance(batch_invariant, bool):
+        problems.append(f"batch_invariant must be True or False, got {batch_invariant!r}.")
     limit = kwargs.get("max_new_tokens", getattr(generation_config, "max_new_tokens", None))  # the one that counts
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         problems.append(f"max_new_tokens must be a positive number of audio rows, got {limit!r}.")
@@ -392,7 +395,8 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         input_ids, attention_mask = _left_aligned(input_ids, attention_mask)
         generation_config, model_kwargs, warpers, return_dict = self._audio_generation_config(
             input_ids, attention_mask, audio_input_ids, audio_input_ids_mask, generation_config, logits_processor,
-            stopping_criteria, streamer, seed, max_positions, reference_audio, reference_audio_lengths, kwargs
+            stopping_criteria, streamer, seed, max_positions, reference_audio, reference_audio_lengths, kwargs,
+            batch_invariant,
         )
         if reference_audio is not None:  # the clips encoded once, before the loop
             audio_input_ids = self.merge_reference_clips(
@@ -433,7 +437,8 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
     # -------------------------------------------------------------------------------------- generate, step by step
     def _audio_generation_config(
         self, input_ids, attention_mask, audio_input_ids, audio_input_ids_mask, generation_config, logits_processor,
-        stopping_criteria, streamer, seed, max_positions, reference_audio, reference_audio_lengths, kwargs: dict
+        stopping_criteria, streamer, seed, max_positions, reference_audio, reference_audio_lengths, kwargs: dict,
+        batch_invariant: bool = False,
     ) -> tuple[GenerationConfig, dict, list[LogitsProcessor] | None, bool]:
         """THE validator of `generate`'s arguments: each is checked once, every problem named in one `ValueError`
         (the arguments' types and shapes first; then the merged options, the positions, the prompts and the reference
@@ -441,7 +446,7 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         whether the caller asked for a dict output)`."""
         problems = _argument_problems(input_ids, attention_mask, generation_config, logits_processor,
                                       stopping_criteria, streamer, seed, max_positions, reference_audio,
-                                      reference_audio_lengths, kwargs)
+                                      reference_audio_lengths, kwargs, batch_invariant)
         if not problems:
             generation_config, model_kwargs, problems = self._merged_generation_config(generation_config, kwargs)
         if not problems:

@@ -233,6 +233,8 @@ def test_batch_invariant_makes_a_rows_logits_independent_of_its_batch():
         alone, together = (_voiced_item(model, 24, beside, batch_invariant=True, **cache) for beside in (False, True))
         assert torch.equal(_logits_of_item(alone), _logits_of_item(together)), cache
         assert torch.equal(alone.sequences[0], together.sequences[0]), cache
+    with pytest.raises(ValueError, match=re.escape("batch_invariant must be True or False, got 'yes'.")):
+        model.generate(input_ids=plain_prompt()[None], max_new_tokens=3, batch_invariant="yes")
 
 
 @pytest.mark.integration
