@@ -50,10 +50,12 @@ def default_generation_config(config) -> GenerationConfig:
 
 # ------------------------------------------------------------------------------------- batch invariance
 # A row's numbers must not depend on the rows beside it. Two things made them (docs/RELIABILITY.md, "Batch
-# invariance"): a GEMM rounds a row by the call's row count (MKL: 1, 2, 3 and, threaded, 5-11 rows each differently
-# from 16 or more), and attention reduces over a key axis whose left padding shifts the reduction. Under
-# `batch_invariant` every linear runs on at least `INVARIANT_MIN_ROWS` rows and attention is `_invariant_attention`.
-INVARIANT_MIN_ROWS: int = 16
+# invariance"): a GEMM rounds a row by the call's row count (MKL: 1, 2, 3 and, threaded, 5-7 and 9-11 rows each
+# differently from 4, 8, 12 or 16 and more), and attention reduces over a key axis whose left padding shifts the
+# reduction. Under `batch_invariant` a linear's rows, when fewer than `INVARIANT_ANY_ROWS`, are padded to a multiple
+# of `INVARIANT_ROW_MULTIPLE`, and attention is `_invariant_attention`.
+INVARIANT_ROW_MULTIPLE: int = 4
+INVARIANT_ANY_ROWS: int = 16
 INVARIANT_ATTENTION: str = "higgs_v3_batch_invariant"
 _INVARIANT_CHUNK_ELEMENTS: int = 1 << 24  # elements of one `[B, H, queries, keys, head_dim]` product
 
@@ -82,14 +84,15 @@ AttentionMaskInterface.register(INVARIANT_ATTENTION, eager_mask)
 
 
 def _pad_rows(module, args):
-    """Forward pre-hook of a linear: its input's rows padded with zeros to `INVARIANT_MIN_ROWS` (the shape is kept on
-    the module for `_unpad_rows`)."""
+    """Forward pre-hook of a linear: fewer than `INVARIANT_ANY_ROWS` rows padded with zeros to a multiple of
+    `INVARIANT_ROW_MULTIPLE` (the shape is kept on the module for `_unpad_rows`)."""
     features = args[0]
     rows = features.numel() // features.shape[-1]
-    if rows >= INVARIANT_MIN_ROWS:
+    missing = -rows % INVARIANT_ROW_MULTIPLE if rows < INVARIANT_ANY_ROWS else 0
+    if missing == 0:
         return None
     module._invariant_shape = features.shape[:-1]
-    return (F.pad(features.reshape(rows, features.shape[-1]), (0, 0, 0, INVARIANT_MIN_ROWS - rows)), *args[1:])
+    return (F.pad(features.reshape(rows, features.shape[-1]), (0, 0, 0, missing)), *args[1:])
 
 
 def _unpad_rows(module, args, output):
@@ -100,9 +103,9 @@ def _unpad_rows(module, args, output):
 
 @contextlib.contextmanager
 def invariant_numerics(model):
-    """Within it, `model`'s rows get the same numbers in any batch and with any padding: its linears on at least
-    `INVARIANT_MIN_ROWS` rows, its attention `_invariant_attention` (`generate(batch_invariant=True)` runs its loop
-    so). Measured on CPU float32 (MKL); see docs/RELIABILITY.md for where it holds."""
+    """Within it, `model`'s rows get the same numbers in any batch and with any padding: its linears on padded rows
+    (`_pad_rows`), its attention `_invariant_attention` (`generate(batch_invariant=True)` runs its loop so). Measured
+    on CPU float32 (MKL); see docs/RELIABILITY.md for where it holds."""
     previous = model.config._attn_implementation
     modules = [module for name, module in model.named_modules() if not name.startswith("codec")]
     handles = [hook for linear in modules if isinstance(linear, torch.nn.Linear) for hook in (
@@ -379,7 +382,7 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
                 prompt of a batch). None lifts the limit.
             monitor_progress (`bool`, defaults to False): show a tqdm bar of the rows generated.
             batch_invariant (`bool`, defaults to False): a sequence's numbers do not depend on the batch beside it or
-                its padding (`invariant_numerics`; measured bit-identical on CPU float32, 2-3x slower there; see
+                its padding (`invariant_numerics`; measured bit-identical on CPU float32, 1.3-2.4x slower there; see
                 docs/RELIABILITY.md): with a seed, the same codes and audio alone or in any batch, at any length.
 
         Returns `HiggsAudioV3GenerationOutput` when `return_dict_in_generate=True`, else the delayed rows `[batch, rows,
