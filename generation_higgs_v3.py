@@ -61,21 +61,23 @@ _INVARIANT_CHUNK_ELEMENTS: int = 1 << 24  # elements of one `[B, H, queries, key
 
 
 def _invariant_attention(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
-    """Eager attention whose reductions are sequential sums (`cumsum`, in order): masked keys (left padding, empty
-    static-cache slots) add exact zeros, so a row gets the same numbers with any padding. query `[B, H, Q, D]`,
-    key / value `[B, H_kv, T, D]`, the eager additive mask `[B, 1, Q, T]`."""
+    """Eager attention whose sums over keys run in order (`cumsum`; at a decode step a one-row `@`, which MKL sums in
+    order too): masked keys (left padding, empty static-cache slots) add exact zeros, so a row gets the same numbers
+    with any padding; `q . k` sums over `head_dim` per key. query `[B, H, Q, D]`, key / value `[B, H_kv, T, D]`, the
+    eager additive mask `[B, 1, Q, T]`."""
     key = key.repeat_interleave(query.shape[1] // key.shape[1], dim=1)  # [B, H, T, D]
     value = value.repeat_interleave(query.shape[1] // value.shape[1], dim=1)
     chunk = max(1, _INVARIANT_CHUNK_ELEMENTS // key.numel())  # queries per product (decode steps: one chunk)
     outputs = []
     for start in range(0, query.shape[2], chunk):  # the prefill's queries in chunks; no loop over rows
-        scores = (query[:, :, start:start + chunk, None].float() * key[:, :, None].float()).cumsum(-1)[..., -1]
+        scores = (query[:, :, start:start + chunk, None].float() * key[:, :, None].float()).sum(-1)
         scores = scores * scaling  # [B, H, q, T]
         if attention_mask is not None:
             scores = scores + attention_mask[:, :, start:start + chunk, :key.shape[2]]
         weights = torch.exp(scores - scores.amax(-1, keepdim=True))
         weights = weights / weights.cumsum(-1)[..., -1:]
-        outputs.append((weights[..., None] * value[:, :, None].float()).cumsum(-2)[..., -1, :])  # [B, H, q, D]
+        outputs.append(weights @ value.float() if query.shape[2] == 1 else  # a decode step: one row, sums in order
+                       (weights[..., None] * value[:, :, None].float()).cumsum(-2)[..., -1, :])  # [B, H, q, D]
     return torch.cat(outputs, dim=2).to(query.dtype).transpose(1, 2).contiguous(), None
 
 
@@ -382,7 +384,7 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
                 prompt of a batch). None lifts the limit.
             monitor_progress (`bool`, defaults to False): show a tqdm bar of the rows generated.
             batch_invariant (`bool`, defaults to False): a sequence's numbers do not depend on the batch beside it or
-                its padding (`invariant_numerics`; measured bit-identical on CPU float32, 1.3-2.4x slower there; see
+                its padding (`invariant_numerics`; measured bit-identical on CPU float32, 1.2-1.7x slower there; see
                 docs/RELIABILITY.md): with a seed, the same codes and audio alone or in any batch, at any length.
 
         Returns `HiggsAudioV3GenerationOutput` when `return_dict_in_generate=True`, else the delayed rows `[batch, rows,

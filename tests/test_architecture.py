@@ -211,7 +211,7 @@ def test_remote_code_is_closed_and_its_entry_modules_import_their_chain_directly
 # Hub-only user needs it) adds its measured lines here, one entry per feature, so growth is a decision that shows.
 HUB_FEATURE_LINES = {
     "generate left-aligns right-padded prompts (a pipeline's batch_size on a repo's tokenizer)": 12,
-    "generate(batch_invariant=True): padded GEMM rows, padding-anchored attention, lone decodes": 95,
+    "generate(batch_invariant=True): padded GEMM rows, padding-anchored attention, lone decodes": 97,
 }
 HUB_MAX_LINES, HUB_MAX_RAISES = 4000 + sum(HUB_FEATURE_LINES.values()), 80
 CLASS_MAX_LINES = {("modeling_higgs_v3", "HiggsAudioV3ForConditionalGeneration"): 400,
