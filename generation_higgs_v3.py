@@ -91,9 +91,9 @@ def _pad_rows(module, args):
     features = args[0]
     rows = features.numel() // features.shape[-1]
     missing = -rows % INVARIANT_ROW_MULTIPLE if rows < INVARIANT_ANY_ROWS else 0
+    module.__dict__["_invariant_shape"] = features.shape[:-1] if missing else None  # none left from a call that raised
     if missing == 0:
         return None
-    module._invariant_shape = features.shape[:-1]
     return (F.pad(features.reshape(rows, features.shape[-1]), (0, 0, 0, missing)), *args[1:])
 
 
