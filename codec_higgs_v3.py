@@ -230,7 +230,7 @@ class HiggsAudioV3Codec(XcodecModel):
     # ------------------------------------------------------------------ frames <-> waveforms (the model's one path)
     @torch.no_grad()
     def decode_frames(
-        self, codes: torch.LongTensor, code_lengths: torch.LongTensor | list[int] | None = None
+        self, codes: torch.LongTensor, code_lengths: torch.LongTensor | list[int] | None = None, alone: bool = False
     ) -> list[torch.FloatTensor]:
         """Raw codes `[batch, frames, num_quantizers]` (frame-major, as `rows_to_codes` gives them) -> one 1-D float32
         waveform per sequence, `code_lengths[i] * hop_length` samples, on the codes' device.
@@ -238,13 +238,16 @@ class HiggsAudioV3Codec(XcodecModel):
         Each sequence is decoded at its own length (the decoder's convolutions are not causal, so padding would change
         its last samples); sequences of equal length are decoded together in one call. So a waveform equals its
         sequence decoded alone up to float rounding (a batched convolution may sum in another order), and the decode's
-        memory grows with the number of equal-length sequences.
+        memory grows with the number of equal-length sequences. With `alone`, each sequence is decoded by itself
+        (`generate(batch_invariant=True)`): its waveform does not depend on the batch.
         """
         lengths = [codes.shape[1]] * codes.shape[0] if code_lengths is None else [int(n) for n in code_lengths]
         device = self.fc.weight.device
         waveforms: list[torch.FloatTensor | None] = [None] * len(lengths)
-        for num_frames in sorted(set(lengths)):
-            group = [i for i, n in enumerate(lengths) if n == num_frames]
+        groups = [[i] for i in range(len(lengths))] if alone else [
+            [i for i, n in enumerate(lengths) if n == num_frames] for num_frames in sorted(set(lengths))]
+        for group in groups:
+            num_frames = lengths[group[0]]
             if num_frames == 0:
                 audio = codes.new_zeros(len(group), 0, dtype=torch.float32)
             else:

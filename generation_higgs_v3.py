@@ -13,11 +13,16 @@ row `s` of the delayed matrix pictured in `delay_higgs_v3`.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from dataclasses import dataclass
 
 import torch
-from transformers import GenerationConfig, GenerationMixin, LogitsProcessor, LogitsProcessorList, StoppingCriteria
+import torch.nn.functional as F
+from transformers import (
+    AttentionInterface, GenerationConfig, GenerationMixin, LogitsProcessor, LogitsProcessorList, StoppingCriteria,
+)
+from transformers.masking_utils import AttentionMaskInterface, eager_mask
 from transformers.generation.stopping_criteria import EosTokenCriteria, StoppingCriteriaList
 from transformers.generation.streamers import BaseStreamer
 from transformers.utils import ModelOutput, logging
@@ -45,6 +50,79 @@ def default_generation_config(config) -> GenerationConfig:
     return GenerationConfig(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=MAX_NEW_TOKENS,
                             use_cache=True, bos_token_id=config.bos_token_id, eos_token_id=config.eos_token_id,
                             pad_token_id=config.pad_token_id)
+
+
+# ------------------------------------------------------------------------------------- batch invariance
+# A row's numbers must not depend on the rows beside it. Two things made them (docs/RELIABILITY.md, "Batch
+# invariance"): a GEMM rounds a row by the call's row count (MKL: 1, 2, 3 and, threaded, 5-7 and 9-11 rows each
+# differently from 4, 8, 12 or 16 and more), and attention reduces over a key axis whose left padding shifts the
+# reduction. Under `batch_invariant` a linear's rows, when fewer than `INVARIANT_ANY_ROWS`, are padded to a multiple
+# of `INVARIANT_ROW_MULTIPLE`, and attention is `_invariant_attention`.
+INVARIANT_ROW_MULTIPLE: int = 4
+INVARIANT_ANY_ROWS: int = 16
+INVARIANT_ATTENTION: str = "higgs_v3_batch_invariant"
+_INVARIANT_CHUNK_ELEMENTS: int = 1 << 24  # elements of one `[B, H, queries, keys, head_dim]` product
+
+
+def _invariant_attention(module, query, key, value, attention_mask, scaling, dropout=0.0, **kwargs):
+    """Eager attention whose sums over keys run in order (`cumsum`; at a decode step a one-row `@`, which MKL sums in
+    order too): masked keys (left padding, empty static-cache slots) add exact zeros, so a row gets the same numbers
+    with any padding; `q . k` sums over `head_dim` per key. query `[B, H, Q, D]`, key / value `[B, H_kv, T, D]`, the
+    eager additive mask `[B, 1, Q, T]`."""
+    key = key.repeat_interleave(query.shape[1] // key.shape[1], dim=1)  # [B, H, T, D]
+    value = value.repeat_interleave(query.shape[1] // value.shape[1], dim=1)
+    chunk = max(1, _INVARIANT_CHUNK_ELEMENTS // key.numel())  # queries per product (decode steps: one chunk)
+    outputs = []
+    for start in range(0, query.shape[2], chunk):  # the prefill's queries in chunks; no loop over rows
+        scores = (query[:, :, start:start + chunk, None].float() * key[:, :, None].float()).sum(-1)
+        scores = scores * scaling  # [B, H, q, T]
+        if attention_mask is not None:
+            scores = scores + attention_mask[:, :, start:start + chunk, :key.shape[2]]
+        weights = torch.exp(scores - scores.amax(-1, keepdim=True))
+        weights = weights / weights.cumsum(-1)[..., -1:]
+        outputs.append(weights @ value.float() if query.shape[2] == 1 else  # a decode step: one row, sums in order
+                       (weights[..., None] * value[:, :, None].float()).cumsum(-2)[..., -1, :])  # [B, H, q, D]
+    return torch.cat(outputs, dim=2).to(query.dtype).transpose(1, 2).contiguous(), None
+
+
+AttentionInterface.register(INVARIANT_ATTENTION, _invariant_attention)
+AttentionMaskInterface.register(INVARIANT_ATTENTION, eager_mask)
+
+
+def _pad_rows(module, args):
+    """Forward pre-hook of a linear: fewer than `INVARIANT_ANY_ROWS` rows padded with zeros to a multiple of
+    `INVARIANT_ROW_MULTIPLE` (the shape is kept on the module for `_unpad_rows`)."""
+    features = args[0]
+    rows = features.numel() // features.shape[-1]
+    missing = -rows % INVARIANT_ROW_MULTIPLE if rows < INVARIANT_ANY_ROWS else 0
+    module.__dict__["_invariant_shape"] = features.shape[:-1] if missing else None  # none left from a call that raised
+    if missing == 0:
+        return None
+    return (F.pad(features.reshape(rows, features.shape[-1]), (0, 0, 0, missing)), *args[1:])
+
+
+def _unpad_rows(module, args, output):
+    """Forward hook of a linear: the padded rows dropped, the input's shape back."""
+    shape = module.__dict__.pop("_invariant_shape", None)
+    return None if shape is None else output[:shape.numel()].reshape(*shape, output.shape[-1])
+
+
+@contextlib.contextmanager
+def invariant_numerics(model):
+    """Within it, `model`'s rows get the same numbers in any batch and with any padding: its linears on padded rows
+    (`_pad_rows`), its attention `_invariant_attention` (`generate(batch_invariant=True)` runs its loop so). Measured
+    on CPU float32 (MKL); see docs/RELIABILITY.md for where it holds."""
+    previous = model.config._attn_implementation
+    modules = [module for name, module in model.named_modules() if not name.startswith("codec")]
+    handles = [hook for linear in modules if isinstance(linear, torch.nn.Linear) for hook in (
+        linear.register_forward_pre_hook(_pad_rows), linear.register_forward_hook(_unpad_rows))]
+    model.config._attn_implementation = INVARIANT_ATTENTION
+    try:
+        yield model
+    finally:
+        model.config._attn_implementation = previous
+        for handle in handles:
+            handle.remove()
 
 
 # Generation options that have no meaning for audio codes, with the value that means "off".
@@ -193,8 +271,20 @@ _STOCK_SAMPLING_FIELDS: dict[str, object] = {"temperature": 1.0, "top_k": 50, "t
 
 
 # ---------------------------------------------------------------------------------------------- the mixin
+def _left_aligned(input_ids, attention_mask) -> tuple:
+    """Right-padded prompts (a pipeline's tokenizer pads on the side its repo files save, the original's right) moved
+    to the left, where the prompt check and the decode step expect them; anything else as given (then validated)."""
+    if not (isinstance(input_ids, torch.Tensor) and isinstance(attention_mask, torch.Tensor)
+            and input_ids.dim() == 2 and attention_mask.shape == input_ids.shape) or bool(attention_mask[:, -1].all()):
+        return input_ids, attention_mask
+    trailing = (attention_mask.flip(-1).long().cumsum(-1) == 0).sum(-1, keepdim=True)  # [B, 1] right padding
+    index = (torch.arange(input_ids.shape[1], device=input_ids.device) - trailing) % input_ids.shape[1]  # [B, L]
+    return input_ids.gather(1, index), attention_mask.gather(1, index)
+
+
 def _argument_problems(input_ids, attention_mask, generation_config, logits_processor, stopping_criteria, streamer,
-                       seed, max_positions, reference_audio, reference_audio_lengths, kwargs: dict) -> list[str]:
+                       seed, max_positions, reference_audio, reference_audio_lengths, kwargs: dict,
+                       batch_invariant=False) -> list[str]:
     """What is wrong with the types and shapes of `generate`'s arguments, one sentence each naming the argument (the
     stock loop would fail later with an `AttributeError` or a shape error)."""
     problems = [f"generate() does not support `{name}` for audio codes. Supported: {_SUPPORTED}."
@@ -224,6 +314,8 @@ def _argument_problems(input_ids, attention_mask, generation_config, logits_proc
     if max_positions is not None and (isinstance(max_positions, bool) or not isinstance(max_positions, int)
                                       or max_positions < 1):
         problems.append(f"max_positions must be a positive number of positions or None, got {max_positions!r}.")
+    if not isinstance(batch_invariant, bool):
+        problems.append(f"batch_invariant must be True or False, got {batch_invariant!r}.")
     limit = kwargs.get("max_new_tokens", getattr(generation_config, "max_new_tokens", None))  # the one that counts
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         problems.append(f"max_new_tokens must be a positive number of audio rows, got {limit!r}.")
@@ -282,6 +374,7 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         monitor_progress: bool = False,
         reference_audio: torch.Tensor | None = None,
         reference_audio_lengths: torch.LongTensor | None = None,
+        batch_invariant: bool = False,
         **kwargs,
     ) -> HiggsAudioV3GenerationOutput | torch.LongTensor | list[torch.FloatTensor]:
         r"""
@@ -289,21 +382,26 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
 
         Args:
             input_ids (`[batch, length]`) / audio_input_ids / audio_input_ids_mask / attention_mask: left-padded
-                prompts and their delayed reference rows, as in `forward` (the mask all ones when omitted).
+                prompts (right-padded rows are left-aligned) and their delayed reference rows, as in `forward` (the
+                mask all ones when omitted).
             reference_audio / reference_audio_lengths: the processor's reference clips, each encoded once before the
                 loop into the rows marked for it (`merge_reference_clips`): the speech of `encode_reference(clip)`.
             generation_config / kwargs: `do_sample`, `temperature`, `top_k`, `top_p`, `min_p` (unset: nothing applied),
                 `max_new_tokens` (audio rows, default 2048), `use_cache`, `cache_implementation`,
                 `return_dict_in_generate`, `output_scores`, `output_logits`; beam search and the like are refused.
             streamer: receives each new row as a `[batch, num_codebooks]` tensor (`put`), then `end()`.
-            seed: `int` or one per sequence (list or `[batch]` tensor), in `[0, 2**62)`: a sequence gets the same codes
-                alone or in any batch. Default: drawn from torch's global RNG. Ignored for greedy decoding.
+            seed: `int` or one per sequence (list or `[batch]` tensor), in `[0, 2**62)`: a sequence's draws are the same
+                alone or in any batch (its codes too with `batch_invariant`). Default: drawn from torch's global RNG.
+                Ignored for greedy decoding.
             output_audio: decode waveforms with the codec (default: when `return_dict_in_generate` and a codec);
                 `output_audio=True` without `return_dict_in_generate` returns the waveforms alone (as CSM's).
             max_positions: the most positions of one request, prompt plus rows (default `MAX_POSITIONS`): a longer
                 prompt is refused, a `max_new_tokens` that would pass it is clipped with a warning (against the longest
                 prompt of a batch). None lifts the limit.
             monitor_progress (`bool`, defaults to False): show a tqdm bar of the rows generated.
+            batch_invariant (`bool`, defaults to False): a sequence's numbers do not depend on the batch beside it or
+                its padding (`invariant_numerics`; measured bit-identical on CPU float32, 1.2-1.7x slower there; see
+                docs/RELIABILITY.md): with a seed, the same codes and audio alone or in any batch, at any length.
 
         Returns `HiggsAudioV3GenerationOutput` when `return_dict_in_generate=True`, else one 1-D waveform per sequence
         with `output_audio=True`, else the delayed rows `[batch, rows, num_codebooks]` (EOC after a sequence finished).
@@ -315,9 +413,11 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         """
         if output_audio:
             self._require_codec("output_audio=True")
+        input_ids, attention_mask = _left_aligned(input_ids, attention_mask)
         generation_config, model_kwargs, warpers, return_dict = self._audio_generation_config(
             input_ids, attention_mask, audio_input_ids, audio_input_ids_mask, generation_config, logits_processor,
-            stopping_criteria, streamer, seed, max_positions, reference_audio, reference_audio_lengths, kwargs
+            stopping_criteria, streamer, seed, max_positions, reference_audio, reference_audio_lengths, kwargs,
+            batch_invariant,
         )
         if reference_audio is not None:  # the clips encoded once, before the loop
             audio_input_ids = self.merge_reference_clips(
@@ -329,32 +429,37 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         processors, stopper = self._audio_generation_pieces(warpers, seed, batch_size, prompt_length, input_ids.device)
         progress = HiggsAudioV3ProgressBar(generation_config.max_new_tokens) if monitor_progress else None
         # *** Higgs v3 specific: the stock loop runs over B * C rows, row b * C + c holding codebook c ***
+        invariance = invariant_numerics(self) if batch_invariant else contextlib.nullcontext()
         try:
-            outputs = super().generate(
-                input_ids=input_ids.repeat_interleave(num_codebooks, dim=0),  # [B * C, L]
-                attention_mask=attention_mask if attention_mask is not None else torch.ones_like(input_ids),
-                audio_input_ids=audio_input_ids,
-                audio_input_ids_mask=audio_input_ids_mask,
-                audio_prompt_length=prompt_length,
-                audio_code_offsets=_audio_code_offsets(batch_size, num_codebooks, self.codebook_size, input_ids.device),
-                generation_config=generation_config,
-                logits_processor=LogitsProcessorList(
-                    [*(logits_processor or []), *processors, *([progress] if progress is not None else [])]
-                ),
-                stopping_criteria=StoppingCriteriaList([*(stopping_criteria or []), stopper]),
-                streamer=_RowStreamer(streamer, num_codebooks) if streamer is not None else None,
-                **model_kwargs,
-            )
+            with invariance:
+                outputs = super().generate(
+                    input_ids=input_ids.repeat_interleave(num_codebooks, dim=0),  # [B * C, L]
+                    attention_mask=attention_mask if attention_mask is not None else torch.ones_like(input_ids),
+                    audio_input_ids=audio_input_ids,
+                    audio_input_ids_mask=audio_input_ids_mask,
+                    audio_prompt_length=prompt_length,
+                    audio_code_offsets=_audio_code_offsets(
+                        batch_size, num_codebooks, self.codebook_size, input_ids.device),
+                    generation_config=generation_config,
+                    logits_processor=LogitsProcessorList(
+                        [*(logits_processor or []), *processors, *([progress] if progress is not None else [])]
+                    ),
+                    stopping_criteria=StoppingCriteriaList([*(stopping_criteria or []), stopper]),
+                    streamer=_RowStreamer(streamer, num_codebooks) if streamer is not None else None,
+                    **model_kwargs,
+                )
         finally:
             if progress is not None:
                 progress.close()
         # *** end Higgs v3 specific ***
-        return self._audio_generation_output(outputs, batch_size, prompt_length, return_dict, output_audio)
+        return self._audio_generation_output(outputs, batch_size, prompt_length, return_dict, output_audio,
+                                             batch_invariant)
 
     # -------------------------------------------------------------------------------------- generate, step by step
     def _audio_generation_config(
         self, input_ids, attention_mask, audio_input_ids, audio_input_ids_mask, generation_config, logits_processor,
-        stopping_criteria, streamer, seed, max_positions, reference_audio, reference_audio_lengths, kwargs: dict
+        stopping_criteria, streamer, seed, max_positions, reference_audio, reference_audio_lengths, kwargs: dict,
+        batch_invariant: bool = False,
     ) -> tuple[GenerationConfig, dict, list[LogitsProcessor] | None, bool]:
         """THE validator of `generate`'s arguments: each is checked once, every problem named in one `ValueError`
         (the arguments' types and shapes first; then the merged options, the positions, the prompts and the reference
@@ -362,7 +467,7 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         whether the caller asked for a dict output)`."""
         problems = _argument_problems(input_ids, attention_mask, generation_config, logits_processor,
                                       stopping_criteria, streamer, seed, max_positions, reference_audio,
-                                      reference_audio_lengths, kwargs)
+                                      reference_audio_lengths, kwargs, batch_invariant)
         if not problems:
             generation_config, model_kwargs, problems = self._merged_generation_config(generation_config, kwargs)
         if not problems:
@@ -521,7 +626,8 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         return processors, stopper
 
     def _audio_generation_output(
-        self, outputs, batch_size: int, prompt_length: int, return_dict: bool, output_audio: bool | None
+        self, outputs, batch_size: int, prompt_length: int, return_dict: bool, output_audio: bool | None,
+        batch_invariant: bool = False,
     ) -> HiggsAudioV3GenerationOutput | torch.LongTensor | list[torch.FloatTensor]:
         """Rows, lengths, flags, codes and waveforms, read off the stock loop's `[B * C, L + R]` sequences (not the
         stopper's state: a loop that undoes its last step, the deferred stop check on MPS, returns a row less)."""
@@ -543,7 +649,7 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         codes, code_lengths = spec.rows_to_codes(rows, lengths)
         if output_audio is None:
             output_audio = getattr(self, "codec", None) is not None
-        audio = self.codec.decode_frames(codes, code_lengths) if output_audio else None
+        audio = self.codec.decode_frames(codes, code_lengths, alone=batch_invariant) if output_audio else None
         if not return_dict:  # output_audio=True alone: the waveforms, as CSM's generate returns them
             return audio
 

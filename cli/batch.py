@@ -20,9 +20,12 @@ anything is generated.
 Each item is spoken as `synthesize_long(text, seed=seed, reference=...)` would speak it: chunk `k` uses seed
 `seed + k`. A line without `seed` gets a default one that no other chunk of the manifest uses
 (`assign_default_seeds`): `--seed` plus its index when that range of seeds is free, else the next free one; it
-depends only on the manifest, `--seed` and the chunking (`--max-chars`), so a rerun gets the same. Since a sequence
-with a given seed gets the same codes alone or in any batch, an item's audio does not depend on the batch it shared,
-the process it ran on, or the number of processes. Items are grouped `--batch-size` at a time into `generate` calls (the longform synthesis core), and each finished item is written at once, atomically
+depends only on the manifest, `--seed` and the chunking (`--max-chars`), so a rerun gets the same. The draw is keyed
+by seed, so an item's audio does not depend on the process it ran on or the number of processes; the batch it shared
+changes its logits only by float rounding (docs/RELIABILITY.md, "Batch invariance"), which can flip a code of a long
+item at another `--batch-size`; with `--batch-invariant` (`generate(batch_invariant=True)`) it changes nothing.
+Items are grouped `--batch-size` at a time into `generate` calls (the longform synthesis core), and each finished item
+is written at once, atomically
 (`audio_io_higgs_v3.atomic_output`: a temporary file, flushed to disk, then `os.replace`): its audio, then its record (`.higgs_v3_batch/<output>.json`: duration, finished
 flag, seed, chunks, each chunk's kept seed and number of takes, and the run's recipe; bad takes are redone as
 `synthesize_long` redoes them, `--retries` times at most). An item is complete when both are there and the record
@@ -600,7 +603,8 @@ def batch_from_args(args) -> tuple[BatchSummary, bool]:
         max_seconds = TINY_RANDOM_MAX_SECONDS
     summary = run_batch(model, processor, items, out_dir, batch_size=args.batch_size, max_seconds=max_seconds,
                         state=state, progress=not args.no_progress, keep_going=getattr(args, "keep_going", False),
-                        normalize=getattr(args, "normalize", None), **_take_options(args, model))
+                        normalize=getattr(args, "normalize", None), batch_invariant=getattr(args, "batch_invariant", False),
+                        **_take_options(args, model))
     return summary, state.is_main_process
 
 

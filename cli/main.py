@@ -204,6 +204,8 @@ def _add_batch_parser(commands) -> None:
     batch.add_argument("--keep-going", action="store_true",
                        help="skip an item whose voice or reference cannot be used (a damaged file, a dead URL) and "
                        "report it at the end (exit code 1), instead of stopping there")
+    batch.add_argument("--batch-invariant", action="store_true",
+                       help="an item's audio bit-identical at any --batch-size (slower; docs/RELIABILITY.md)")
     _add_take_options(batch)
     _add_verify_options(batch)
     batch.add_argument("--no-progress", action="store_true", help="no progress bars")

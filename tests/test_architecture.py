@@ -240,6 +240,8 @@ HUB_FEATURE_LINES = {
     "HiggsAudioV3Processor.from_pretrained without the remote-code prompt (issue 23)": 7,
     "issue 25: bad takes redone (retries, duration bounds, verify= and its WER normaliser), normalize='en', the "
     "low-temperature warning": 250,
+    "generate left-aligns right-padded prompts (a pipeline's batch_size on a repo's tokenizer)": 12,
+    "generate(batch_invariant=True): padded GEMM rows, padding-anchored attention, lone decodes": 97,
 }
 HUB_MAX_LINES, HUB_MAX_RAISES = 4000 + sum(HUB_FEATURE_LINES.values()), 80
 CLASS_MAX_LINES = {("modeling_higgs_v3", "HiggsAudioV3ForConditionalGeneration"): 400,

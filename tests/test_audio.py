@@ -479,6 +479,23 @@ def test_pipeline_batch_size_pads_on_the_left(processor, pipe):
         assert np.abs(alone["audio"] - together["audio"]).max() <= TINY_CODEC_TOLERANCE
 
 
+def test_pipeline_batch_size_with_a_right_padding_tokenizer(tts_model, processor, tokenizer_dir):
+    """A pipeline loaded from a repo gets its own tokenizer from the repo's files, which pad on the right (the
+    converted repo keeps the original's tokenizer files byte for byte): its `batch_size=2` batches are right padded,
+    and `generate` left-aligns them at its entry, so each text gets what it gets alone."""
+    from transformers import AutoTokenizer, pipeline
+
+    right = AutoTokenizer.from_pretrained(tokenizer_dir)
+    assert right.padding_side == "right"
+    pipe = pipeline("text-to-speech", model=tts_model, tokenizer=right, processor=processor)
+    texts = ["A much longer sentence than the other one.", "Short."]
+    batched = pipe(texts, forward_params={"seed": 15}, batch_size=2)
+    for text, together in zip(texts, batched):
+        alone = tts_model.generate(**processor(text), seed=15, return_dict_in_generate=True).audio[0].numpy()
+        assert together["audio"].shape == alone.shape
+        assert np.abs(together["audio"] - alone).max() <= TINY_CODEC_TOLERANCE
+
+
 def test_pipeline_voice_cloning_through_preprocess_params(tts_model, processor, pipe):
     clip = np.random.default_rng(4).uniform(-0.3, 0.3, size=24000).astype(np.float32)
     voice = tts_model.encode_reference(clip, text="Reference words.", sampling_rate=24000)
@@ -523,10 +540,13 @@ def test_pipeline_from_a_saved_repo_in_subprocess(processor, tmp_path):
         pipe = pipeline("text-to-speech", model={str(repo)!r}, trust_remote_code=True)
         one = pipe("Hello there.", forward_params={{"seed": 12}})
         two = pipe(["Hello there.", "Bye."], forward_params={{"seed": 12}})
+        batched = pipe(["Hello there.", "Bye."], forward_params={{"seed": 12}}, batch_size=2)  # right padded
         print(json.dumps({{
             "processor": type(pipe.processor).__name__,
             "one": [one["sampling_rate"], one["audio"].tolist()],
             "two": [[r["sampling_rate"], r["audio"].shape[0]] for r in two],
+            "batched": [[r["sampling_rate"], r["audio"].shape[0]] for r in batched],
+            "tokenizer_padding_side": pipe.tokenizer.padding_side,
         }}))
         """
     )
@@ -540,3 +560,4 @@ def test_pipeline_from_a_saved_repo_in_subprocess(processor, tmp_path):
     assert loaded["one"][0] == 24000
     assert np.abs(np.array(loaded["one"][1], dtype=np.float32) - direct.audio[0].numpy()).max() <= TINY_CODEC_TOLERANCE
     assert loaded["two"][0] == [24000, direct.audio[0].shape[0]] and loaded["two"][1][0] == 24000
+    assert loaded["tokenizer_padding_side"] == "right" and loaded["batched"] == loaded["two"]

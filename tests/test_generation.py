@@ -205,6 +205,66 @@ def test_left_padded_batch_equals_rows_alone_sampling_with_seeds(model):
         assert torch.equal(batch[i], alone[0]), f"row {i}"
 
 
+class LongFirstShortSecond(LogitsProcessor):
+    """Sequence 0 never ends (its codebook 0 never draws EOC); sequence 1, when there, ends at row `end`."""
+
+    def __init__(self, prompt_length: int, end: int):
+        self.prompt_length, self.end = prompt_length, end
+
+    def __call__(self, input_ids, scores):
+        scores = scores.clone()
+        scores[0, EOC] = -float("inf")
+        if scores.shape[0] > C and input_ids.shape[1] - self.prompt_length == self.end:
+            scores[C] = -float("inf")
+            scores[C, EOC] = 0.0
+        return scores
+
+
+def _voiced_item(model, rows: int, beside_a_neighbour: bool, **options):
+    """One voiced item (40 reference rows), seeded, with `output_logits`: alone, or left padded beside a shorter item
+    with a longer prompt (which ends at row `rows // 4`, at least 10). Sequence 0 of the output is the item."""
+    torch.manual_seed(2)
+    refs = torch.randint(0, 1024, (40, C))
+    item, neighbour = clone_prompt(40), plain_prompt(tuple(range(100, 160)))
+    ids, mask = left_pad([item, neighbour]) if beside_a_neighbour else (item[None], torch.ones(1, len(item)).long())
+    out = model.generate(input_ids=ids, attention_mask=mask, audio_input_ids=refs, seed=[7, 8][:ids.shape[0]],
+                         logits_processor=[LongFirstShortSecond(ids.shape[1], max(rows // 4, 10))], do_sample=True,
+                         max_new_tokens=rows, return_dict_in_generate=True, output_logits=True, **options)
+    assert out.sequences.shape[1] == rows and out.finished.tolist() == [False, True][:ids.shape[0]]
+    return out
+
+
+def _logits_of_item(output) -> torch.Tensor:
+    return torch.stack([step[0] for step in output.logits])  # [rows, C, V]
+
+
+def test_batch_invariant_makes_a_rows_logits_independent_of_its_batch():
+    """Without `batch_invariant` a row's audio logits depend on the batch beside it (float rounding: the GEMM's row
+    count, attention over left padding; docs/RELIABILITY.md); with it they are bit-identical, dynamic and static."""
+    model = tiny_model(num_hidden_layers=1, max_window_layers=1)
+    alone, together = (_voiced_item(model, 24, beside) for beside in (False, True))
+    assert not torch.equal(_logits_of_item(alone), _logits_of_item(together))
+    for cache in ({}, {"cache_implementation": "static"}):
+        alone, together = (_voiced_item(model, 24, beside, batch_invariant=True, **cache) for beside in (False, True))
+        assert torch.equal(_logits_of_item(alone), _logits_of_item(together)), cache
+        assert torch.equal(alone.sequences[0], together.sequences[0]), cache
+    with pytest.raises(ValueError, match=re.escape("batch_invariant must be True or False, got 'yes'.")):
+        model.generate(input_ids=plain_prompt()[None], max_new_tokens=3, batch_invariant="yes")
+
+
+@pytest.mark.integration
+def test_batch_invariant_long_voiced_item_alone_and_batched():
+    """The issue's case: an item of 2,000 rows with a voice, alone with the dynamic cache, and with the static cache
+    beside a shorter neighbour (which ends at row 500 and has a longer prompt, so the item is left padded, and the
+    empty cache slots are more masked keys): the same codes and bit-identical logits at every row. (Each cache kind
+    alone vs batched: the unit test above, at 24 rows.)"""
+    model = tiny_model(num_hidden_layers=1, max_window_layers=1)
+    alone = _voiced_item(model, 2000, False, batch_invariant=True)
+    together = _voiced_item(model, 2000, True, batch_invariant=True, cache_implementation="static")
+    assert torch.equal(together.sequences[0], alone.sequences[0])
+    assert torch.equal(_logits_of_item(together), _logits_of_item(alone))
+
+
 def test_sampling_matches_reference_order(model):
     prompt = plain_prompt()
     seed, temperature, top_k, top_p = 5, 0.9, 40, 0.8
@@ -418,14 +478,14 @@ def test_text_eos_check_is_dropped_from_audio_generation(model):
 
 def test_generate_refuses_input_ids_that_are_not_speech_prompts(model):
     """Plain tokenizer output (no `<|tts|>` ... `<|audio|>`) would generate sound without a word: `generate` refuses
-    it up front, naming the rows and the processor; a left-padded batch of real prompts passes."""
+    it up front, naming the rows and the processor; a left-padded batch of real prompts passes, and so does a
+    right-padded one (a pipeline's tokenizer pads on its files' side), left-aligned at the entry: the same rows."""
     tts, text, audio, pad = 151667, 151672, 151670, 151643
     good = [tts, text, 9707, audio]
     cases = {
         "no markers": ([[9707, 11, 1879, 13]], None, [0]),
         "no <|audio|> at the end": ([good, [tts, text, 9707, 13]], None, [1]),
         "no <|text|>": ([[tts, 9707, 13, audio]], None, [0]),
-        "right padded": ([good + [pad]], [[1, 1, 1, 1, 0]], [0]),
         "padding not masked": ([[pad] + good], [[1, 1, 1, 1, 1]], [0]),
     }
     for name, (ids, mask, rows) in cases.items():
@@ -439,6 +499,9 @@ def test_generate_refuses_input_ids_that_are_not_speech_prompts(model):
     rows = model.generate(input_ids=torch.tensor([[pad] + good, [tts, text, 9707, 13, audio]]),
                           attention_mask=torch.tensor([[0, 1, 1, 1, 1], [1] * 5]), max_new_tokens=9, do_sample=False)
     assert rows.shape == (2, 9, NUM_CODEBOOKS)
+    right = model.generate(input_ids=torch.tensor([good + [pad], [tts, text, 9707, 13, audio]]),
+                           attention_mask=torch.tensor([[1, 1, 1, 1, 0], [1] * 5]), max_new_tokens=9, do_sample=False)
+    assert torch.equal(right, rows)
     # A training example (the prompt, then placeholders for the target's rows) is named as such.
     with pytest.raises(ValueError, match=re.escape(
         "input_ids row(s) [0] end in audio placeholders: they are training examples (processor(text=..., "
