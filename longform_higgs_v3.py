@@ -389,15 +389,23 @@ class _Synthesizer:
             take = ChunkResult(job.text, output.audio_codes[i, : frames[i]].detach().cpu(),
                                output.audio[i].detach().float().cpu().reshape(-1), bool(finished[i]), seeds[i],
                                self.spec.frame_rate, job.speaker, job.line_number)
-            take.problem = take_problem(take.finished, take.duration, take.text, self.seconds_per_char)
-            if self.verify is not None and take.problem is None:
-                take.wer = transcript_wer(self.verify, take.waveform, self.spec.sampling_rate, take.text)
-                take.problem = f"WER {take.wer:.2f} above {self.max_wer:g}" if take.wer > self.max_wer else None
-            take.attempts = [{"seed": take.seed, "finished": take.finished, "seconds": round(take.duration, 3),
-                              "problem": take.problem, "wer": take.wer}]
-            takes[job.index] = take
+            takes[job.index] = judge_take(take, self.seconds_per_char, self.verify, self.max_wer,
+                                          self.spec.sampling_rate)
         self.generation_seconds += time.perf_counter() - began
         return takes
+
+
+def judge_take(take: ChunkResult, seconds_per_char=DEFAULT_SECONDS_PER_CHAR, verify=None, max_wer=0.5,
+               sampling_rate: int | None = None) -> ChunkResult:
+    """`take` judged (the library's takes and `higgs-v3 serve`'s): its `problem` (`take_problem`; with `verify`, an
+    ASR pipeline, a WER above `max_wer` of its waveform at `sampling_rate`) and its one record in `attempts`."""
+    take.problem = take_problem(take.finished, take.duration, take.text, seconds_per_char)
+    if verify is not None and take.problem is None:
+        take.wer = transcript_wer(verify, take.waveform, sampling_rate, take.text)
+        take.problem = f"WER {take.wer:.2f} above {max_wer:g}" if take.wer > max_wer else None
+    take.attempts = [{"seed": take.seed, "finished": take.finished, "seconds": round(take.duration, 3),
+                      "problem": take.problem, "wer": take.wer}]
+    return take
 
 
 def _better_take(kept: ChunkResult, new: ChunkResult) -> ChunkResult:
@@ -574,6 +582,7 @@ __all__ = [
     "SpeechProgress",
     "SpeechResult",
     "dialogue_jobs",
+    "judge_take",
     "max_new_tokens_for",
     "rows_for_max_seconds",
     "resolve_voice",

@@ -3,7 +3,8 @@ r"""The ASGI app of `higgs-v3 serve`: OpenAI's speech API (`POST /v1/audio/speec
 
 ```
 POST /v1/audio/speech         model, input, voice, response_format, speed, instructions, stream_format + Higgs extras
-                              (seed, temperature, top_p, top_k, max_seconds, reference_audio, reference_text)
+                              (seed, temperature, top_p, top_k, max_seconds, retries, reference_audio,
+                              reference_text)
 WS   /v1/audio/speech/stream  text frames in (an LLM's deltas; an empty frame ends the text), binary 16-bit PCM
                               frames out, sentence by sentence; a final JSON text frame with the summary
 GET  /v1/models, /health, /v1/audio/voices      POST /v1/audio/voices (multipart: name, audio, transcript)
@@ -14,7 +15,9 @@ A request is checked whole before any work (each refusal an OpenAI error object 
 as `synthesize_long` splits it (`split_text`), and its chunks are queued for the worker (`serving/worker.py`), which
 batches them with other requests' chunks. Chunk `k` uses seed `seed + k`; without a voice, chunk 0 is spoken first and
 becomes the voice of the rest; chunks are joined with `DEFAULT_PAUSE_SECONDS` of silence. So a response equals
-`processor.synthesize_long(model, input, seed=seed, batch_size=1)` (one chunk: `model.generate` with that seed).
+`processor.synthesize_long(model, input, seed=seed, batch_size=1, retries=retries)` (one chunk: `model.generate` with
+that seed): a bad take of a whole response is redone as the library redoes it (`retries`, the library's default 2; the
+worker queues the redo again). A streamed response is one take: its audio is sent as it is generated.
 
 `speed`: only 1.0 (the model has no rate control and time-stretching would change the voice); another value is refused.
 `instructions`: inline control tags only (`<|emotion:happy|>`, see `higgs-v3 tags`), put in front of every chunk; free
@@ -46,7 +49,10 @@ from starlette.requests import HTTPConnection
 
 from ..audio_io_higgs_v3 import load_reference
 from ..chunking_higgs_v3 import DEFAULT_MAX_CHARS, TAG_PATTERN, nothing_to_speak, split_text, stream_sentences
-from ..longform_higgs_v3 import DEFAULT_PAUSE_SECONDS, _voice_from_chunk, resolve_voice, rows_for_max_seconds
+from ..longform_higgs_v3 import (
+    DEFAULT_PAUSE_SECONDS, DEFAULT_RETRIES, DEFAULT_SECONDS_PER_CHAR, _voice_from_chunk, check_take_options,
+    resolve_voice, rows_for_max_seconds,
+)
 from ..sampling_higgs_v3 import check_seed, draw_seed
 from .audio import MEDIA_TYPES, encode, format_problem, wav_stream_header, writable_formats
 from .voices import DEFAULT_VOICE, VoiceStore, name_problem
@@ -71,6 +77,7 @@ class ServeSettings:
     max_input_chars: int = 4096
     max_body_bytes: int = 16 * 1024 * 1024
     max_seconds: float | None = None
+    retries: int = DEFAULT_RETRIES  # a request's default `retries`
     allow_url_references: bool = False
     retry_after_seconds: int = 1
     extra_model_names: tuple[str, ...] = field(default_factory=tuple)
@@ -108,13 +115,15 @@ class SpeechRequest(BaseModel):
     top_p: StrictFloat | StrictInt | None = None
     top_k: StrictInt | None = None
     max_seconds: StrictFloat | StrictInt | None = None
+    retries: StrictInt | None = None
     reference_audio: StrictStr | None = None
     reference_text: StrictStr | None = None
 
 
 @dataclass
 class Plan:
-    """A checked request: its chunks (instructions in front of each), voice source, seed, `generate` options, format."""
+    """A checked request: its chunks (instructions in front of each), voice source, seed, `generate` options, format,
+    and how many times a chunk's bad take is redone (0 when streamed: a streamed response is one take)."""
 
     chunks: list[str]
     voice: object
@@ -122,6 +131,7 @@ class Plan:
     options: tuple
     response_format: str
     stream_format: str | None
+    retries: int = 0
 
 
 # ================================================================================================= checks
@@ -195,7 +205,21 @@ def check_speech(body: SpeechRequest, settings: ServeSettings, processor, spec, 
         raise APIError(400, str(error), "seed") from None
     options = _sampling_options(body, spec, settings.max_seconds)
     return Plan(chunks, _voice_source(body, settings, voices, processor), seed, options, body.response_format,
-                body.stream_format)
+                body.stream_format, _retries(body, settings.retries))
+
+
+def _retries(body: SpeechRequest, default: int) -> int:
+    """The redos of a bad take (`check_take_options`'s wording, a 400 naming `retries`); 0 for a streamed response."""
+    retries = default if body.retries is None else body.retries
+    try:
+        check_take_options(retries, DEFAULT_SECONDS_PER_CHAR, None, 0.5)
+    except ValueError as error:
+        raise APIError(400, str(error), "retries") from None
+    if body.stream_format is not None and body.retries:
+        raise APIError(400, f"retries {body.retries} cannot be honoured with stream_format: a streamed response is one "
+                       "take (its audio is sent as it is generated, so a bad take cannot be redone); leave retries "
+                       "out, or ask for the whole response.", "retries")
+    return 0 if body.stream_format is not None else retries
 
 
 def _voice_source(body: SpeechRequest, settings: ServeSettings, voices: VoiceStore, processor):
@@ -288,7 +312,8 @@ class SpeechService:
     # ------------------------------------------------------------------ speaking
     def submit(self, plan: Plan, index: int, voice, stream: bool, text: str | None = None) -> Chunk:
         text = plan.chunks[index] if text is None else text
-        chunk = Chunk(text, voice, plan.seed + index, plan.options, stream, asyncio.get_running_loop())
+        chunk = Chunk(text, voice, plan.seed + index, plan.options, stream, asyncio.get_running_loop(),
+                      retries=0 if stream else plan.retries)
         try:
             self.worker.submit(chunk)
         except QueueFull:

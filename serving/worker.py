@@ -6,8 +6,14 @@ gathering concurrent ones into one `generate` call (dynamic batching).
 request handlers (event loop) ──submit(chunk)──> bounded queue ──> worker thread:
     wait for a chunk; gather more for up to batch_wait_ms, up to max_batch_size, with the same generation options
     processor(texts, reference=voices) -> model.generate(seed=[each chunk's], streamer=...) -> one waveform per chunk
+    a whole chunk's bad take (`judge_take`) with retries left -> held, first in the next batch, seed retry_seed(seed, k)
 <── audio pieces while rows are decoded (streamed chunks: the model's audio streamer), then the chunk's result
 ```
+
+Bad takes are redone as `synthesize_long` redoes them (`longform_higgs_v3`: `judge_take`, `retry_seed`, `_better_take`):
+a chunk with `retries` whose take ran to the limit or lasts out of `DEFAULT_SECONDS_PER_CHAR` is queued again (ahead of
+the queue, so its redo batches with the work that came meanwhile) with seed `retry_seed(seed, attempt)`, until a good
+take or `retries` redos; the kept take is the library's. A streamed chunk is one take (its audio is already sent).
 
 A seeded sequence gets the same codes alone or in any batch, and each waveform is decoded alone
 (`model.decode_audio` of its own rows: a batched convolution may sum in another order), so a chunk's audio does not
@@ -28,6 +34,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..longform_higgs_v3 import DEFAULT_SECONDS_PER_CHAR, ChunkResult, _better_take, judge_take
+from ..sampling_higgs_v3 import retry_seed
 from ..streaming_higgs_v3 import HiggsAudioV3AudioStreamer
 
 
@@ -37,8 +45,9 @@ QueueFull = queue.Full
 @dataclass
 class Chunk:
     """One text to speak: its voice (None: the model's own), seed, generation options (`generate` keyword arguments,
-    the same for a whole batch), whether its audio is streamed, and where its results go (`pieces`, an asyncio queue:
-    `("audio", samples)` while streamed, then `("done", ChunkOutput)` or `("error", exception)`)."""
+    the same for a whole batch), whether its audio is streamed, how many times a bad take is redone (`retries`; a
+    streamed chunk has none), and where its results go (`pieces`, an asyncio queue: `("audio", samples)` while
+    streamed, then `("done", ChunkOutput)` or `("error", exception)`)."""
 
     text: str
     voice: object
@@ -46,12 +55,20 @@ class Chunk:
     options: tuple
     stream: bool
     loop: asyncio.AbstractEventLoop
+    retries: int = 0
+    attempt: int = 0  # takes redone so far
+    kept: ChunkOutput | None = None  # the take kept so far (`_better_take`), while a redo is due
     pieces: asyncio.Queue = field(default_factory=asyncio.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
     output: asyncio.Future | None = None  # the `ChunkOutput` (or the error), also when nobody reads `pieces`
 
     def __post_init__(self):
         self.output = self.loop.create_future()
+
+    @property
+    def take_seed(self) -> int:
+        """The seed of the next take: `seed`, then `retry_seed(seed, attempt)`."""
+        return retry_seed(self.seed, self.attempt) if self.attempt else self.seed
 
     def deliver(self, item: tuple) -> None:
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody is waiting any more
@@ -69,20 +86,11 @@ class Chunk:
 
 
 @dataclass
-class ChunkOutput:
-    """A spoken chunk: raw codes `[frames, C]`, waveform `[samples]` (CPU float32), whether the model ended it, and the
-    size of the batch it was generated in."""
+class ChunkOutput(ChunkResult):
+    """A spoken chunk, as the library's `ChunkResult` (codes, waveform, whether the model ended it, the kept take's
+    seed, `problem` and every take in `attempts`), with the size of the batch its kept take was generated in."""
 
-    text: str
-    codes: object
-    waveform: object
-    finished: bool
-    seed: int
-    batch_size: int
-
-    @property
-    def num_frames(self) -> int:
-        return self.codes.shape[0]
+    batch_size: int = 1
 
 
 class _Call:
@@ -101,6 +109,7 @@ class SpeechWorker:
     def __init__(self, model, processor, *, max_batch_size: int = 8, batch_wait_ms: float = 10.0,
                  max_queue: int = 64):
         self.model, self.processor = model, processor
+        self.frame_rate = model.config.audio_spec.frame_rate
         self.max_batch_size, self.batch_wait = max_batch_size, batch_wait_ms / 1000
         self._queue: queue.Queue = queue.Queue(maxsize=max_queue)
         self._held: deque = deque()  # chunks taken from the queue that did not fit the last batch
@@ -179,19 +188,30 @@ class SpeechWorker:
             inputs = self.processor([chunk.text for chunk in batch], reference=[chunk.voice for chunk in batch])
             streamer = _RoutingStreamer(self.model, batch) if any(chunk.stream for chunk in batch) else None
             with torch.inference_mode():
-                output = self.model.generate(**inputs.to(self.model.device), seed=[chunk.seed for chunk in batch],
+                output = self.model.generate(**inputs.to(self.model.device), seed=[chunk.take_seed for chunk in batch],
                                              return_dict_in_generate=True, output_audio=False, streamer=streamer,
                                              **dict(batch[0].options))
                 frames, finished = output.audio_code_lengths.tolist(), output.finished.tolist()
                 self.batches.append(len(batch))
                 for i, chunk in enumerate(batch):
                     waveform = self.model.decode_audio(output.sequences[i : i + 1], output.lengths[i : i + 1])[0]
-                    chunk.deliver(("done", ChunkOutput(chunk.text, output.audio_codes[i, : frames[i]].cpu(),
-                                                       waveform.float().cpu(), bool(finished[i]), chunk.seed,
-                                                       len(batch))))
+                    take = ChunkOutput(chunk.text, output.audio_codes[i, : frames[i]].cpu(), waveform.float().cpu(),
+                                       bool(finished[i]), chunk.take_seed, self.frame_rate, batch_size=len(batch))
+                    self._judge(chunk, judge_take(take, DEFAULT_SECONDS_PER_CHAR))
         except Exception as error:  # noqa: BLE001 - every waiting request gets it
             for chunk in batch:
                 chunk.deliver(("error", error))
+
+    def _judge(self, chunk: Chunk, take: ChunkOutput) -> None:
+        """Deliver the kept take (`_better_take` of the takes so far), or hold the chunk for a redo: its take is bad
+        and it has retries left."""
+        take = take if chunk.kept is None else _better_take(chunk.kept, take)
+        if take.problem is not None and chunk.attempt < chunk.retries:
+            chunk.kept, chunk.attempt = take, chunk.attempt + 1
+            self._held.append(chunk)
+        else:
+            chunk.kept = None
+            chunk.deliver(("done", take))
 
 
 class _RoutingStreamer(HiggsAudioV3AudioStreamer):

@@ -94,7 +94,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "serving.audio": set(),
     "serving.server": {"cli.models", "serving.app"},
     "serving.voices": {"audio_io_higgs_v3"},
-    "serving.worker": {"streaming_higgs_v3"},
+    "serving.worker": {"longform_higgs_v3", "sampling_higgs_v3", "streaming_higgs_v3"},
     # Fine-tuning.
     "training.finetune": {
         "audio_io_higgs_v3", "cli.models", "conversion.folders", "conversion.repo", "generation_higgs_v3",

@@ -1,7 +1,8 @@
 # Copyright 2026 the higgs-v3 authors. Licensed under the Apache License, Version 2.0.
 """`higgs-v3 serve`'s app on a tiny model through FastAPI's TestClient (no server process): each bad request is a 4xx
 OpenAI error object naming its field, the API key guards every route, the body limit and the queue bound hold, voices
-are saved whole under names that cannot leave the folder, and a response's audio is `model.generate`'s with its seed.
+are saved whole under names that cannot leave the folder, a response's audio is `model.generate`'s with its seed (the
+tiny model's takes all run to the limit: the first is kept), and a bad take is redone as `synthesize_long` redoes it.
 The real server, the openai client, streaming and batching: tests/test_serve_integration.py."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 from fastapi.testclient import TestClient
 
 from higgs_v3.processing_higgs_v3 import HiggsAudioV3Processor
+from higgs_v3.sampling_higgs_v3 import retry_seed
 from higgs_v3.serving.app import ServeSettings, create_app
 from higgs_v3.serving.audio import FORMATS, writable_formats
 from higgs_v3.serving.worker import _Call
@@ -267,3 +269,71 @@ def test_a_failure_after_an_sse_stream_started_is_an_error_event(served, monkeyp
     assert events[-1] == {"type": "error", "error": {
         "message": "The server is busy (its queue is full); retry shortly.", "type": "server_error", "param": None,
         "code": "server_busy"}}
+
+
+def test_a_bad_take_is_redone_with_the_next_seed_as_the_library_redoes_it(served, monkeypatch):
+    from higgs_v3.longform_higgs_v3 import synthesize_long
+    from test_takes import run_away_for
+
+    client, model, processor = served
+    calls = run_away_for(model, monkeypatch, runaway={100})  # seed 100 runs to the limit; every other seed ends
+    text, redo = "Alpha beta gamma delta.", retry_seed(100, 1)
+    for retries, seeds in [(None, [[100], [redo]]), (0, [[100]])]:
+        calls.clear()
+        extra = {} if retries is None else {"retries": retries}
+        response = client.post("/v1/audio/speech", headers=KEY,
+                               json=speech(input=text, response_format="pcm", seed=100, max_seconds=1.0, **extra))
+        assert response.status_code == 200 and calls == seeds
+        calls.clear()
+        expected = synthesize_long(model, processor, text, seed=100, max_seconds=1.0, **extra)
+        assert calls == seeds and [a["seed"] for a in expected.chunks[0].attempts] == [s for (s,) in seeds]
+        written = io.BytesIO()
+        soundfile.write(written, expected.waveform.numpy(), 24000, format="RAW", subtype="PCM_16", endian="LITTLE")
+        assert response.content == written.getvalue()
+    assert expected.chunks[0].problem == "ran to the length limit without its end of speech"  # retries=0: kept
+
+
+def test_a_redo_is_held_first_and_batches_with_the_work_queued_meanwhile(served, monkeypatch):
+    import asyncio
+
+    from higgs_v3.serving.worker import Chunk
+    from test_takes import run_away_for
+
+    client, model, _ = served
+    worker = client.app.state.service.worker
+    options = (("max_new_tokens", 25),)
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        bad, good, late = (Chunk(text, None, seed, options, False, loop, retries=2)
+                           for text, seed in [("Alpha beta.", 7), ("Gamma delta.", 8), ("Epsilon zeta.", 9)])
+        calls = run_away_for(model, monkeypatch, runaway={7}, frames=6)
+        patched = model.generate
+
+        def generate(**kwargs):  # `late` arrives while the first batch is generated
+            if len(calls) == 0:
+                worker.submit(late)
+            return patched(**kwargs)
+
+        monkeypatch.setattr(model, "generate", generate)
+        count = len(worker.batches)
+        worker.submit(bad), worker.submit(good)
+        outputs = [await asyncio.wait_for(chunk.output, 30) for chunk in (bad, good, late)]
+        return outputs, calls, worker.batches[count:]
+
+    (bad, good, late), calls, batches = asyncio.run(run())
+    assert calls == [[7, 8], [retry_seed(7, 1), 9]] and batches == [2, 2]
+    assert [a["seed"] for a in bad.attempts] == [7, retry_seed(7, 1)] and bad.seed == retry_seed(7, 1)
+    assert bad.problem is None and bad.finished and bad.batch_size == 2 and good.attempts[0]["seed"] == 8
+
+
+@pytest.mark.parametrize("fields, message", [
+    ({"retries": -1}, "retries must be an integer >= 0 (0: no retry), got -1."),
+    ({"retries": 1.5}, "'retries': Input should be a valid integer"),
+    ({"retries": 1, "stream_format": "audio", "response_format": "pcm"},
+     "retries 1 cannot be honoured with stream_format: a streamed response is one take"),
+])
+def test_bad_retries_are_a_400_naming_the_field(served, fields, message):
+    client, _, _ = served
+    found = error(client.post("/v1/audio/speech", json=speech(**fields), headers=KEY), 400)
+    assert found["param"] == "retries" and message in found["message"], found
