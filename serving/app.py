@@ -221,9 +221,14 @@ def _voice_source(body: SpeechRequest, settings: ServeSettings, voices: VoiceSto
         raise APIError(400, f"voice {body.voice!r} is not a saved voice; saved here: "
                        f"{', '.join([DEFAULT_VOICE, *voices.names()])} (POST /v1/audio/voices adds one).", "voice")
     try:
-        return voices.load(body.voice)
+        voice = voices.load(body.voice)
     except (OSError, ValueError) as error:
         raise APIError(500, f"voice {body.voice!r} could not be read: {error}", "voice") from None
+    try:
+        processor._codes(voice, f"voice {body.voice!r}")
+    except ValueError as error:
+        raise APIError(400, str(error), "voice") from None
+    return voice
 
 
 def _clip_source(value: str, settings: ServeSettings):

@@ -189,9 +189,12 @@ class SpeechWorker:
                     chunk.deliver(("done", ChunkOutput(chunk.text, output.audio_codes[i, : frames[i]].cpu(),
                                                        waveform.float().cpu(), bool(finished[i]), chunk.seed,
                                                        len(batch))))
-        except Exception as error:  # noqa: BLE001 - every waiting request gets it
-            for chunk in batch:
-                chunk.deliver(("error", error))
+        except Exception as error:  # noqa: BLE001 - alone, the chunk gets it; in a batch, each is retried alone
+            if len(batch) == 1:
+                batch[0].deliver(("error", error))
+            else:
+                for chunk in batch:
+                    self._speak([chunk])
 
 
 class _RoutingStreamer(HiggsAudioV3AudioStreamer):

@@ -267,3 +267,38 @@ def test_a_failure_after_an_sse_stream_started_is_an_error_event(served, monkeyp
     assert events[-1] == {"type": "error", "error": {
         "message": "The server is busy (its queue is full); retry shortly.", "type": "server_error", "param": None,
         "code": "server_busy"}}
+
+
+def test_a_saved_voice_with_wrong_codes_is_a_400_naming_voice(served):
+    from higgs_v3.audio_io_higgs_v3 import HiggsAudioV3Voice
+
+    client, _, _ = served
+    folder = client.app.state.service.voices.folder
+    HiggsAudioV3Voice(codes=torch.full((20, 3), 5, dtype=torch.long), text="Hi.").save(folder / "odd.safetensors")
+    try:
+        found = error(client.post("/v1/audio/speech", json=speech(voice="odd"), headers=KEY), 400)
+    finally:
+        (folder / "odd.safetensors").unlink()
+    assert found["param"] == "voice" and "The codes of voice 'odd'" in found["message"]
+
+
+def test_a_bad_chunk_fails_alone_the_others_of_its_batch_are_spoken(served):
+    import asyncio
+
+    from higgs_v3.audio_io_higgs_v3 import HiggsAudioV3Voice
+    from higgs_v3.serving.worker import Chunk
+
+    client, _, _ = served
+    worker = client.app.state.service.worker
+    odd = HiggsAudioV3Voice(codes=torch.full((20, 3), 5, dtype=torch.long), text="Hi.")
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        good, bad = Chunk("Kept.", None, 2, (), False, loop), Chunk("Bad.", odd, 1, (), False, loop)
+        worker._queue.put_nowait(bad), worker._queue.put_nowait(good)  # one batch (the same options)
+        output = await asyncio.wait_for(good.output, 30)
+        with pytest.raises(ValueError, match="codes"):
+            await asyncio.wait_for(bad.output, 30)
+        return output
+
+    assert asyncio.run(run()).text == "Kept."
