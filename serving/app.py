@@ -45,7 +45,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import HTTPConnection
 
 from ..audio_io_higgs_v3 import load_reference
-from ..chunking_higgs_v3 import DEFAULT_MAX_CHARS, TAG_PATTERN, nothing_to_speak, split_text, stream_sentences
+from ..chunking_higgs_v3 import DEFAULT_MAX_CHARS, TAG_PATTERN, SentenceCutter, nothing_to_speak, split_text
 from ..longform_higgs_v3 import DEFAULT_PAUSE_SECONDS, _voice_from_chunk, resolve_voice, rows_for_max_seconds
 from ..sampling_higgs_v3 import check_seed, draw_seed
 from .audio import MEDIA_TYPES, encode, format_problem, wav_stream_header, writable_formats
@@ -73,6 +73,7 @@ class ServeSettings:
     max_seconds: float | None = None
     allow_url_references: bool = False
     retry_after_seconds: int = 1
+    receive_timeout_seconds: float = 300.0
     extra_model_names: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -571,6 +572,13 @@ def _websocket_route(service: SpeechService):
             await websocket.close(code=1008)
         except WebSocketDisconnect:
             pass
+        except Exception as error:  # noqa: BLE001 - a fault: the client gets an error frame, the log the traceback
+            logger.error("Internal error in a text stream", exc_info=error)
+            problem = APIError(500, f"Internal error ({type(error).__name__}); see the server's log.")
+            with contextlib.suppress(Exception):
+                await websocket.send_text(json.dumps({"type": "error", "error": json.loads(problem.response().body)[
+                    "error"]}))
+                await websocket.close(code=1011)
 
     return speech_stream
 
@@ -592,29 +600,47 @@ def _stream_request(service: SpeechService, websocket: WebSocket) -> Plan:
     return check_speech(body, service.settings, service.processor, service.spec, service.voices)
 
 
+async def _sentences(service: SpeechService, websocket: WebSocket, sentences: asyncio.Queue) -> None:
+    """Reads the text frames on the event loop (no thread per socket), cutting sentences as they complete
+    (`SentenceCutter`) into `sentences`; then None (the end), or the refusal that ends the stream."""
+    cutter, total, limit = SentenceCutter(DEFAULT_MAX_CHARS), 0, service.settings.max_input_chars
+    try:
+        while True:
+            try:
+                message = await asyncio.wait_for(websocket.receive(), service.settings.receive_timeout_seconds)
+            except TimeoutError:
+                raise APIError(408, f"No text frame for {service.settings.receive_timeout_seconds} s; the stream is "
+                               "closed (send an empty frame to end the text).", "input") from None
+            if message["type"] == "websocket.disconnect":
+                raise WebSocketDisconnect(message.get("code", 1000))
+            if message.get("text") is None:
+                raise APIError(400, "A binary frame was sent; the stream takes text frames (an empty one ends the "
+                               "text).", "input")
+            total += len(message["text"])
+            if total > limit:
+                raise APIError(413, f"The streamed text is over {limit} characters; this server takes at most {limit} "
+                               "per stream (--max-input-chars).", "input", "request_too_large")
+            for sentence in cutter.feed(message["text"]) if message["text"] else cutter.finish():
+                sentences.put_nowait(sentence)
+            if not message["text"]:
+                break
+    except Exception as error:  # noqa: BLE001 - handed to the speaking loop, which raises it
+        sentences.put_nowait(error)
+        return
+    sentences.put_nowait(None)
+
+
 async def _speak_stream(service: SpeechService, websocket: WebSocket) -> None:
     plan = _stream_request(service, websocket)
     voice = await service.voice_of(plan)
-    pieces: asyncio.Queue = asyncio.Queue()
-    loop = asyncio.get_running_loop()
-
-    async def receive():
-        try:
-            while (text := await websocket.receive_text()) != "":
-                pieces.put_nowait(text)
-        finally:
-            pieces.put_nowait("")  # the end of the text (or of the client): the sentence thread stops waiting
-
-    def piece_iterator():
-        while (piece := asyncio.run_coroutine_threadsafe(pieces.get(), loop).result()) != "":
-            yield piece
-
+    sentences: asyncio.Queue = asyncio.Queue()
     tags = plan.chunks[0][: -len("x")]  # the instructions' tags, in front of every chunk
-    reader = asyncio.create_task(receive())
-    sentences = stream_sentences(piece_iterator())
+    reader = asyncio.create_task(_sentences(service, websocket, sentences))
     rate, index, seconds = service.spec.sampling_rate, 0, 0.0
     try:
-        while (sentence := await asyncio.to_thread(next, sentences, None)) is not None:
+        while (sentence := await sentences.get()) is not None:
+            if isinstance(sentence, Exception):
+                raise sentence
             try:
                 text = service.processor.check_text(sentence, f"sentence {index + 1} of the stream")
             except ValueError as error:
@@ -632,7 +658,6 @@ async def _speak_stream(service: SpeechService, websocket: WebSocket) -> None:
                 index += 1
     finally:
         reader.cancel()
-        pieces.put_nowait("")
     summary = {"type": "speech.done", "chunks": index, "seed": plan.seed, "audio_seconds": round(seconds, 3),
                "sampling_rate": rate}
     await websocket.send_text(json.dumps(summary))

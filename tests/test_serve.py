@@ -302,3 +302,26 @@ def test_a_bad_chunk_fails_alone_the_others_of_its_batch_are_spoken(served):
         return output
 
     assert asyncio.run(run()).text == "Kept."
+
+
+def test_idle_websockets_hold_no_thread_and_bad_frames_get_an_error_frame(served):
+    import contextlib
+
+    client, _, _ = served
+    done = []
+    with contextlib.ExitStack() as stack:  # more idle sockets than the default thread pool has threads
+        for _ in range(34):
+            stack.enter_context(client.websocket_connect("/v1/audio/speech/stream?seed=1", headers=KEY)).send_text(
+                "Hello")
+        speaker = threading.Thread(target=lambda: done.append(client.post(
+            "/v1/audio/speech", json=speech(response_format="pcm", seed=1), headers=KEY).status_code), daemon=True)
+        speaker.start()
+        speaker.join(60)
+        assert done == [200]
+    for send, status in [(lambda ws: ws.send_bytes(b"Hi."), 400), (lambda ws: ws.send_text("x" * 401), 413)]:
+        with client.websocket_connect("/v1/audio/speech/stream?seed=1", headers=KEY) as websocket:
+            send(websocket)
+            found = json.loads(websocket.receive_text())
+        assert found["type"] == "error" and found["error"]["param"] == "input", found
+    assert found["error"]["message"] == ("The streamed text is over 400 characters; this server takes at most 400 per "
+                                         "stream (--max-input-chars).")

@@ -75,3 +75,14 @@ def test_synthesize_stream_refuses_a_bad_sentence_when_it_arrives(tts):
     assert next(stream).ndim == 1
     with pytest.raises(ValueError, match="sentence 2 of the stream"):
         list(stream)
+
+
+def test_a_stray_tag_opening_and_a_long_sentence_do_not_hold_back_the_stream():
+    from higgs_v3.chunking_higgs_v3 import SentenceCutter, split_text
+
+    cutter = SentenceCutter()
+    assert cutter.feed("One. <|" + "a" * 70) == ["One."]  # "<|" then 70 characters can no longer become a tag
+    assert cutter.feed(" end. Two") == ["<|" + "a" * 70 + " end."]
+    words = "word " * 30
+    assert SentenceCutter(40).feed(words) == split_text(words, 40)[:-1]
+    assert cutter.finish() == ["Two"] and cutter.finish() == []
