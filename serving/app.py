@@ -256,6 +256,7 @@ class SpeechService:
         self.spec = model.config.audio_spec
         self.voices = VoiceStore(settings.voices_dir)
         self.worker: SpeechWorker | None = None
+        self.voice_lock = asyncio.Lock()
 
     def start(self) -> None:
         s = self.settings
@@ -406,7 +407,10 @@ def _add_routes(router: APIRouter, service: SpeechService) -> None:
             except ValueError as error:
                 raise APIError(400, str(error), "transcript") from None
         voice = await service.encode_voice(await audio.read(), transcript, "audio")
-        await asyncio.to_thread(service.voices.save, name, voice)
+        async with service.voice_lock:  # check and write as one: of two uploads of one name, the second is a 409
+            if name in service.voices.names():
+                raise APIError(409, f"voice {name!r} already exists; DELETE /v1/audio/voices/{name} first.", "name")
+            await asyncio.to_thread(service.voices.save, name, voice)
         return {"object": "voice", "name": name, "seconds": round(voice.duration, 3), "transcript": voice.text}
 
     @router.delete("/v1/audio/voices/{name}")
@@ -537,17 +541,28 @@ class _BodyLimit:
         length = dict(scope.get("headers", ())).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.limit:
             return await self.too_large().response()(scope, receive, send)
-        read = 0
+        read, over = 0, False
 
         async def limited():
-            nonlocal read
+            nonlocal read, over
             message = await receive()
             read += len(message.get("body", b""))
             if read > self.limit:
+                over = True
                 raise self.too_large()
             return message
 
-        await self.app(scope, limited, send)
+        async def sending(message):
+            if not over:  # over: the route's body parser answers 400 (a parse error); this sends the 413 instead
+                await send(message)
+
+        try:
+            await self.app(scope, limited, sending)
+        except Exception:
+            if not over:
+                raise
+        if over:
+            await self.too_large().response()(scope, receive, send)
 
     def too_large(self) -> APIError:
         return APIError(413, f"The request body is over {self.limit} bytes (--max-body-bytes).", None,

@@ -325,3 +325,38 @@ def test_idle_websockets_hold_no_thread_and_bad_frames_get_an_error_frame(served
         assert found["type"] == "error" and found["error"]["param"] == "input", found
     assert found["error"]["message"] == ("The streamed text is over 400 characters; this server takes at most 400 per "
                                          "stream (--max-input-chars).")
+
+
+def test_oversize_body_without_content_length_is_413(served):
+    client, _, _ = served
+
+    def body():
+        yield b"x" * 150_000
+        yield b"x" * 60_000
+
+    found = error(client.post("/v1/audio/speech", content=body(), headers=KEY), 413)
+    assert found["code"] == "request_too_large" and "over 200000 bytes" in found["message"]
+
+
+def test_two_uploads_of_one_name_at_once_are_201_then_409(served, monkeypatch):
+    import asyncio
+
+    from higgs_v3.audio_io_higgs_v3 import HiggsAudioV3Voice
+
+    client, model, _ = served
+    service = client.app.state.service
+    voice = HiggsAudioV3Voice(codes=torch.full((20, model.config.audio_spec.num_codebooks), 5), text="Hi.")
+
+    async def encode_voice(source, transcript, param):  # both uploads pass the early check before either is saved
+        await asyncio.sleep(0.3)
+        return voice
+
+    monkeypatch.setattr(service, "encode_voice", encode_voice)
+    statuses = []
+    upload = {"audio": ("me.wav", b"clip", "audio/wav")}
+    post = lambda: statuses.append(client.post("/v1/audio/voices", data={"name": "twin"}, files=upload,
+                                               headers=KEY).status_code)
+    threads = [threading.Thread(target=post) for _ in range(2)]
+    [thread.start() for thread in threads], [thread.join(30) for thread in threads]
+    service.voices.delete("twin")
+    assert sorted(statuses) == [201, 409]
