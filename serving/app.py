@@ -293,9 +293,11 @@ class SpeechService:
                         {"Retry-After": str(self.settings.retry_after_seconds)})
 
     # ------------------------------------------------------------------ speaking
-    def submit(self, plan: Plan, index: int, voice, stream: bool, text: str | None = None) -> Chunk:
+    def submit(self, plan: Plan, index: int, voice, stream: bool, text: str | None = None,
+               reserved: bool = False) -> Chunk:
         text = plan.chunks[index] if text is None else text
-        chunk = Chunk(text, voice, plan.seed + index, plan.options, stream, asyncio.get_running_loop())
+        chunk = Chunk(text, voice, plan.seed + index, plan.options, stream, asyncio.get_running_loop(),
+                      reserved=reserved)
         try:
             self.worker.submit(chunk)
         except QueueFull:
@@ -309,19 +311,28 @@ class SpeechService:
 
     async def chunks(self, plan: Plan, stream: bool):
         """The request's chunks as submitted: chunk 0 alone first when there is no voice (it becomes the voice)."""
-        voice = await self.voice_of(plan)
+        count, capacity = len(plan.chunks), self.worker.capacity
+        if count > capacity:
+            raise APIError(413, f"input is {count} chunks of at most {DEFAULT_MAX_CHARS} characters; this server "
+                           f"queues at most {capacity} (--max-queue): send it in parts.", "input")
+        try:  # every chunk's place at once: a request admitted is never refused halfway
+            self.worker.reserve(count)
+        except QueueFull:
+            raise self.busy() from None
         submitted: list[Chunk] = []
         try:
-            first = self.submit(plan, 0, voice, stream)
+            voice = await self.voice_of(plan)
+            first = self.submit(plan, 0, voice, stream, reserved=True)
             submitted.append(first)
             yield first
             if voice is None and len(plan.chunks) > 1:
                 voice = _voice_from_chunk(await first.output, self.spec)
             for index in range(1, len(plan.chunks)):
-                submitted.append(self.submit(plan, index, voice, stream))
+                submitted.append(self.submit(plan, index, voice, stream, reserved=True))
             for chunk in submitted[1:]:
                 yield chunk
         finally:
+            self.worker.release(count - len(submitted))  # places never used (an error, a client that left)
             for chunk in submitted:
                 chunk.cancelled.set()  # a no-op for chunks already spoken; the rest are dropped by the worker
 
@@ -382,9 +393,9 @@ def _add_routes(router: APIRouter, service: SpeechService) -> None:
 
     @router.get("/health")
     async def health():
-        batches = service.worker.batches
-        return {"status": "ok", "model": settings.model_name, "queued": service.worker.queued,
-                "batches": len(batches), "largest_batch": max(batches, default=0)}
+        worker = service.worker
+        return {"status": "ok", "model": settings.model_name, "queued": worker.queued, "batches": worker.batches,
+                "largest_batch": worker.largest_batch}
 
     @router.get("/v1/models")
     async def models():

@@ -49,6 +49,7 @@ class Chunk:
     pieces: asyncio.Queue = field(default_factory=asyncio.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
     output: asyncio.Future | None = None  # the `ChunkOutput` (or the error), also when nobody reads `pieces`
+    reserved: bool = False  # its place in the queue's bound was reserved (`SpeechWorker.reserve`) before `submit`
 
     def __post_init__(self):
         self.output = self.loop.create_future()
@@ -102,15 +103,31 @@ class SpeechWorker:
                  max_queue: int = 64):
         self.model, self.processor = model, processor
         self.max_batch_size, self.batch_wait = max_batch_size, batch_wait_ms / 1000
-        self._queue: queue.Queue = queue.Queue(maxsize=max_queue)
+        self._queue: queue.Queue = queue.Queue()
         self._held: deque = deque()  # chunks taken from the queue that did not fit the last batch
-        self.batches: list[int] = []  # the size of every batch generated (for tests and the benchmark)
+        self.capacity, self._free, self._lock = max_queue, max_queue, threading.Lock()  # chunks queued, held or
+        # reserved count toward max_queue; a place is freed when its chunk is spoken or dropped
+        self.batches, self.largest_batch = 0, 0  # how many batches were generated, and the largest
         self._thread = threading.Thread(target=self._serve, name="higgs-v3-worker", daemon=True)
         self._thread.start()
 
     # ------------------------------------------------------------------ the handlers' side
+    def reserve(self, count: int) -> None:
+        """Reserve `count` places of the queue's bound (all or none); `QueueFull` when they are not free."""
+        with self._lock:
+            if count > self._free:
+                raise QueueFull
+            self._free -= count
+
+    def release(self, count: int) -> None:
+        with self._lock:
+            self._free += count
+
     def submit(self, chunk: Chunk) -> None:
-        """Queue `chunk`; `QueueFull` when the queue is full."""
+        """Queue `chunk` (in a place reserved for it, or a new one); `QueueFull` when the queue is full."""
+        if not chunk.reserved:
+            self.reserve(1)
+            chunk.reserved = True
         self._queue.put_nowait(chunk)
 
     async def call(self, function):
@@ -137,10 +154,13 @@ class SpeechWorker:
             if isinstance(first, _Call):
                 self._run_call(first)
                 continue
-            batch, stop = self._gather(first)
-            batch = [chunk for chunk in batch if not chunk.cancelled.is_set()]
-            if batch:
-                self._speak(batch)
+            gathered, stop = self._gather(first)
+            batch = [chunk for chunk in gathered if not chunk.cancelled.is_set()]
+            try:
+                if batch:
+                    self._speak(batch)
+            finally:
+                self.release(len(gathered))
             if stop:
                 self._held.append(_STOP)
 
@@ -183,7 +203,7 @@ class SpeechWorker:
                                              return_dict_in_generate=True, output_audio=False, streamer=streamer,
                                              **dict(batch[0].options))
                 frames, finished = output.audio_code_lengths.tolist(), output.finished.tolist()
-                self.batches.append(len(batch))
+                self.batches, self.largest_batch = self.batches + 1, max(self.largest_batch, len(batch))
                 for i, chunk in enumerate(batch):
                     waveform = self.model.decode_audio(output.sequences[i : i + 1], output.lengths[i : i + 1])[0]
                     chunk.deliver(("done", ChunkOutput(chunk.text, output.audio_codes[i, : frames[i]].cpu(),

@@ -164,13 +164,14 @@ def test_a_full_queue_is_503_with_retry_after(served):
     worker._queue.put_nowait(_Call(lambda: (busy.set(), release.wait(5))))  # the worker thread waits on `release`
     assert busy.wait(5)
     try:
-        worker._queue.put_nowait(object()), worker._queue.put_nowait(object())  # the queue holds 2: full
-        found = client.post("/v1/audio/speech", json=speech(), headers=KEY)
+        worker.reserve(1)  # one of the 2 places: a 2-chunk request does not fit, a 3-chunk one never will
+        text = " ".join(f"Sentence number {i} of a text that is longer than one chunk." for i in range(6))
+        found = client.post("/v1/audio/speech", json=speech(input=text[:390]), headers=KEY)
         assert found.status_code == 503 and found.headers["Retry-After"] == "1"
         assert found.json()["error"]["code"] == "server_busy"
+        assert error(client.post("/v1/audio/speech", json=speech(input=text[:30] + "!" * 320), headers=KEY), 413)
     finally:
-        with worker._queue.mutex:
-            worker._queue.queue.clear()
+        worker.release(1)
         release.set()
 
 
@@ -229,13 +230,13 @@ def test_cancelled_chunks_are_dropped_when_a_batch_forms(served):
         loop = asyncio.get_running_loop()
         left, kept = (Chunk("Gone.", None, 1, (), False, loop), Chunk("Kept.", None, 2, (), False, loop))
         left.cancelled.set()
-        count = len(worker.batches)
+        count = worker.batches
         worker.submit(left), worker.submit(kept)
         output = await asyncio.wait_for(kept.output, 30)
-        return output, left.output.done(), worker.batches[count:]
+        return output, left.output.done(), worker.batches - count
 
     output, left_done, batches = asyncio.run(run())
-    assert output.text == "Kept." and output.batch_size == 1 and not left_done and batches == [1]
+    assert output.text == "Kept." and output.batch_size == 1 and not left_done and batches == 1
 
 
 def test_serve_options_are_checked_by_the_parser(capsys):
