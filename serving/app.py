@@ -31,7 +31,6 @@ import hmac
 import json
 import logging
 import os
-import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +43,7 @@ from pydantic import BaseModel, ConfigDict, StrictFloat, StrictInt, StrictStr
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import HTTPConnection
 
-from ..audio_io_higgs_v3 import load_reference
+from ..audio_io_higgs_v3 import is_audio_url, load_reference
 from ..chunking_higgs_v3 import DEFAULT_MAX_CHARS, TAG_PATTERN, SentenceCutter, nothing_to_speak, split_text
 from ..longform_higgs_v3 import DEFAULT_PAUSE_SECONDS, _voice_from_chunk, resolve_voice, rows_for_max_seconds
 from ..sampling_higgs_v3 import check_seed, draw_seed
@@ -234,7 +233,7 @@ def _voice_source(body: SpeechRequest, settings: ServeSettings, voices: VoiceSto
 
 def _clip_source(value: str, settings: ServeSettings):
     """`reference_audio`: an http(s) URL (with --allow-url-references) or base64 audio (a `data:` URI or bare)."""
-    if re.match(r"(?i)^https?://", value):
+    if is_audio_url(value):
         if not settings.allow_url_references:
             raise APIError(400, "reference_audio is a URL, which this server does not fetch (start it with "
                            "--allow-url-references); send the clip as base64 instead.", "reference_audio")

@@ -225,6 +225,7 @@ class _RoutingStreamer(HiggsAudioV3AudioStreamer):
         self.batch = batch
 
     def _decode_chunk(self, start: int, end: int, available: list[int]):
+        available = [edge if chunk.stream else 0 for edge, chunk in zip(available, self.batch)]  # streamed rows only
         pieces = super()._decode_chunk(start, end, available)
         samples = self.spec.samples_per_frame
         for b, chunk in enumerate(self.batch):

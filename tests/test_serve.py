@@ -361,3 +361,27 @@ def test_two_uploads_of_one_name_at_once_are_201_then_409(served, monkeypatch):
     [thread.start() for thread in threads], [thread.join(30) for thread in threads]
     service.voices.delete("twin")
     assert sorted(statuses) == [201, 409]
+
+
+def test_the_routing_streamer_decodes_only_the_streamed_rows(served, monkeypatch):
+    import asyncio
+
+    from higgs_v3.serving.worker import Chunk
+    from higgs_v3.streaming_higgs_v3 import HiggsAudioV3AudioStreamer
+
+    client, _, _ = served
+    worker, seen = client.app.state.service.worker, []
+    decode = HiggsAudioV3AudioStreamer._decode_chunk
+    monkeypatch.setattr(HiggsAudioV3AudioStreamer, "_decode_chunk",
+                        lambda self, start, end, available: (seen.append(list(available)),
+                                                             decode(self, start, end, available))[1])
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        chunks = [Chunk("Streamed.", None, 1, (), True, loop), Chunk("Whole.", None, 2, (), False, loop)]
+        for chunk in chunks:
+            worker._queue.put_nowait(chunk)
+        return [await asyncio.wait_for(chunk.output, 30) for chunk in chunks]
+
+    outputs = asyncio.run(run())
+    assert outputs[0].batch_size == 2 and seen and all(edges[1] == 0 and edges[0] > 0 for edges in seen), seen
