@@ -55,6 +55,7 @@ from .worker import Chunk, QueueFull, SpeechWorker
 logger = logging.getLogger(__name__)
 
 API_KEY_ENV = "HIGGS_V3_API_KEY"
+UNFINISHED_HEADER = "X-Higgs-Unfinished-Chunks"  # chunks the model did not end (cut at max_seconds or max_new_tokens)
 
 
 @dataclass
@@ -437,19 +438,23 @@ def _add_routes(router: APIRouter, service: SpeechService) -> None:
         if plan.stream_format is not None:
             chunks = service.chunks(plan, stream=True)
             first = await anext(chunks)  # refusals (a bad clip, a full queue) before the response starts
-            events = _audio_stream(service, plan, first, chunks)
+            tally = {"unfinished": 0}  # chunks the model did not end (cut at max_seconds): in SSE's done event
+            events = _audio_stream(service, plan, first, chunks, tally)
             if plan.stream_format == "sse":
-                return StreamingResponse(_sse(events, plan), media_type="text/event-stream")
+                return StreamingResponse(_sse(events, plan, tally), media_type="text/event-stream")
             return StreamingResponse(events, media_type=MEDIA_TYPES[plan.response_format])
-        waveform = await _whole(service, plan, request)
-        if waveform is None:  # the client left
+        spoken = await _whole(service, plan, request)
+        if spoken is None:  # the client left
             return Response(status_code=499)
+        waveform, unfinished = spoken
         audio = await asyncio.to_thread(encode, waveform, plan.response_format, service.spec.sampling_rate)
-        return Response(audio, media_type=MEDIA_TYPES[plan.response_format])
+        return Response(audio, media_type=MEDIA_TYPES[plan.response_format],
+                        headers={UNFINISHED_HEADER: str(unfinished)})
 
 
 async def _whole(service: SpeechService, plan: Plan, request: Request):
-    """The request's waveform (chunks joined with the pause), or None when its client left (checked at each chunk)."""
+    """The request's waveform (chunks joined with the pause) and how many chunks the model did not end, or None when
+    its client left (checked at each chunk)."""
     import torch
 
     outputs = []
@@ -463,10 +468,10 @@ async def _whole(service: SpeechService, plan: Plan, request: Request):
         await chunks.aclose()
     silence = torch.zeros(round(DEFAULT_PAUSE_SECONDS * service.spec.sampling_rate))
     parts = [part for output in outputs for part in (silence, output.waveform)][1:]
-    return torch.cat(parts).numpy()
+    return torch.cat(parts).numpy(), sum(not output.finished for output in outputs)
 
 
-async def _audio_stream(service: SpeechService, plan: Plan, first: Chunk, chunks):
+async def _audio_stream(service: SpeechService, plan: Plan, first: Chunk, chunks, tally: dict):
     """Bytes as they are generated: a WAV header with unknown sizes (wav), then 16-bit PCM of every piece, the pause
     between chunks."""
     import numpy as np
@@ -483,12 +488,14 @@ async def _audio_stream(service: SpeechService, plan: Plan, first: Chunk, chunks
             async for kind, value in _chunk_pieces(chunk):
                 if kind == "audio":
                     yield encode(value.numpy(), "pcm", rate)
+                else:
+                    tally["unfinished"] += not value.finished
             chunk, index = await anext(chunks, None), index + 1
     finally:
         await chunks.aclose()
 
 
-async def _sse(events, plan: Plan):
+async def _sse(events, plan: Plan, tally: dict):
     """OpenAI's speech SSE: `speech.audio.delta` events (base64 audio), then `speech.audio.done` with the usage; a
     failure once the response has started (a full queue for a later chunk, a fault) is an `error` event."""
     size = 0
@@ -505,7 +512,8 @@ async def _sse(events, plan: Plan):
         return
     usage = {"input_tokens": sum(len(chunk) for chunk in plan.chunks), "output_tokens": size // 2,
              "total_tokens": sum(len(chunk) for chunk in plan.chunks) + size // 2}
-    yield f"data: {json.dumps({'type': 'speech.audio.done', 'usage': usage})}\n\n"
+    done = {"type": "speech.audio.done", "usage": usage, "unfinished_chunks": tally["unfinished"]}
+    yield f"data: {json.dumps(done)}\n\n"
 
 
 def _install_error_handlers(app: FastAPI) -> None:
@@ -661,7 +669,7 @@ async def _speak_stream(service: SpeechService, websocket: WebSocket) -> None:
     sentences: asyncio.Queue = asyncio.Queue()
     tags = plan.chunks[0][: -len("x")]  # the instructions' tags, in front of every chunk
     reader = asyncio.create_task(_sentences(service, websocket, sentences))
-    rate, index, seconds = service.spec.sampling_rate, 0, 0.0
+    rate, index, seconds, unfinished = service.spec.sampling_rate, 0, 0.0, 0
     try:
         while (sentence := await sentences.get()) is not None:
             if isinstance(sentence, Exception):
@@ -678,13 +686,15 @@ async def _speak_stream(service: SpeechService, websocket: WebSocket) -> None:
                     if kind == "audio":
                         seconds += value.shape[-1] / rate
                         await websocket.send_bytes(encode(value.numpy(), "pcm", rate))
-                    elif voice is None:
-                        voice = _voice_from_chunk(value, service.spec)
+                    else:
+                        unfinished += not value.finished
+                        if voice is None:
+                            voice = _voice_from_chunk(value, service.spec)
                 index += 1
     finally:
         reader.cancel()
     summary = {"type": "speech.done", "chunks": index, "seed": plan.seed, "audio_seconds": round(seconds, 3),
-               "sampling_rate": rate}
+               "sampling_rate": rate, "unfinished_chunks": unfinished}
     await websocket.send_text(json.dumps(summary))
     await websocket.close()
 

@@ -385,3 +385,21 @@ def test_the_routing_streamer_decodes_only_the_streamed_rows(served, monkeypatch
 
     outputs = asyncio.run(run())
     assert outputs[0].batch_size == 2 and seen and all(edges[1] == 0 and edges[0] > 0 for edges in seen), seen
+
+
+def test_unfinished_chunks_are_told_in_a_header_the_sse_done_event_and_the_websocket_summary(served):
+    client, model, processor = served
+    out = model.generate(**processor("Hello there."), seed=3, return_dict_in_generate=True)
+    expected = int(not out.finished[0])  # the model did not end it within max_new_tokens
+    whole = client.post("/v1/audio/speech", json=speech(response_format="pcm", seed=3), headers=KEY)
+    assert whole.headers["X-Higgs-Unfinished-Chunks"] == str(expected)
+    sse = client.post("/v1/audio/speech", headers=KEY,
+                      json=speech(response_format="pcm", stream_format="sse", seed=3))
+    events = [json.loads(line[6:]) for line in sse.text.splitlines() if line.startswith("data: ")]
+    assert events[-1]["type"] == "speech.audio.done" and events[-1]["unfinished_chunks"] == expected
+    with client.websocket_connect("/v1/audio/speech/stream?seed=3", headers=KEY) as websocket:
+        websocket.send_text("Hello there.")
+        websocket.send_text("")
+        while isinstance(message := websocket.receive(), dict) and message.get("text") is None:
+            pass
+    assert json.loads(message["text"])["unfinished_chunks"] == expected
