@@ -403,3 +403,24 @@ def test_unfinished_chunks_are_told_in_a_header_the_sse_done_event_and_the_webso
         while isinstance(message := websocket.receive(), dict) and message.get("text") is None:
             pass
     assert json.loads(message["text"])["unfinished_chunks"] == expected
+
+
+def test_chunks_held_for_a_later_batch_count_toward_max_queue():
+    import asyncio
+
+    from higgs_v3.serving.worker import Chunk, QueueFull, SpeechWorker
+
+    worker, loop = SpeechWorker(None, None, max_queue=2, batch_wait_ms=50), asyncio.new_event_loop()
+    entered, release = threading.Event(), threading.Event()
+    worker._speak = lambda batch: (entered.set(), release.wait(5))
+    try:
+        worker.submit(Chunk("A.", None, 1, (), False, loop))
+        worker.submit(Chunk("B.", None, 2, (("top_k", 5),), False, loop))  # other options: held while A is spoken
+        assert entered.wait(5) and len(worker._held) == 1
+        with pytest.raises(QueueFull):
+            worker.submit(Chunk("C.", None, 3, (), False, loop))
+    finally:
+        release.set()
+        worker.stop(5)
+        loop.close()
+    assert worker._free == 2
