@@ -167,23 +167,47 @@ def split_sentences(text: str) -> list[str]:
     return [text[a:b] for a, b in _Document(text).split(0, len(text), SENTENCE)]
 
 
-def stream_sentences(pieces: Iterable[str]) -> Iterator[str]:
-    """The sentences of a text that arrives in pieces (an LLM's deltas), each stripped as soon as it is complete: the
-    text so far is split with `split_sentences` and every sentence but the last is complete (an "x" appended tells
-    whether the last one is: "Hello. " is, "Hello." may still be "Hello.com"); nothing from an unclosed `<|` on is
-    cut (a tag still arriving). What is left is the last sentence, at the end of the stream."""
-    buffer = ""
+def stream_sentences(pieces: Iterable[str], max_chars: int | None = None) -> Iterator[str]:
+    """The sentences of a text that arrives in pieces (an LLM's deltas), each stripped as soon as it is complete
+    (`SentenceCutter`, fed piece by piece). What is left is the last sentence, at the end of the stream."""
+    cutter = SentenceCutter(max_chars)
     for piece in pieces:
+        yield from cutter.feed(piece)
+    yield from cutter.finish()
+
+
+# an unclosed `<|` is a tag still arriving while it can still match TAG_PATTERN, within this many characters
+_PENDING_TAG = re.compile(r"<\|[^<>|\n]{0,64}\|?\Z")
+
+
+class SentenceCutter:
+    """`stream_sentences` as a feeder: `feed(piece)` returns the sentences it completes, `finish()` the rest. The text
+    not yet cut is split with `split_sentences` and every sentence but the last is complete (an "x" appended tells
+    whether the last one is: "Hello. " is, "Hello." may still be "Hello.com"); nothing from an unclosed `<|` that can
+    still become a tag is cut. With `max_chars`, an unfinished sentence longer than that is cut as `split_text` cuts
+    it, so the text kept (and the work per piece) stays bounded."""
+
+    def __init__(self, max_chars: int | None = None):
+        self.buffer, self.max_chars = "", max_chars
+
+    def feed(self, piece: str) -> list[str]:
         if not isinstance(piece, str):
             raise ValueError(f"A text stream yields strings (pieces of text), got {type(piece).__name__}.")
-        buffer += piece
-        open_tag = buffer.rfind("<|")
-        settled = open_tag if open_tag >= 0 and "|>" not in buffer[open_tag:] else len(buffer)
-        complete = split_sentences(buffer[:settled] + "x")[:-1]
-        buffer = buffer[sum(map(len, complete)):]
-        yield from (sentence.strip() for sentence in complete if sentence.strip())
-    if buffer.strip():
-        yield buffer.strip()
+        self.buffer += piece
+        tag = _PENDING_TAG.search(self.buffer, max(0, len(self.buffer) - 67))
+        settled = tag.start() if tag else len(self.buffer)
+        complete = split_sentences(self.buffer[:settled] + "x")[:-1]
+        done = sum(map(len, complete))
+        if self.max_chars and settled - done > self.max_chars:
+            *cut, last = split_text(self.buffer[done:settled], self.max_chars)
+            complete += cut
+            done = self.buffer.rindex(last, done, settled)
+        self.buffer = self.buffer[done:]
+        return [sentence.strip() for sentence in complete if sentence.strip()]
+
+    def finish(self) -> list[str]:
+        rest, self.buffer = self.buffer.strip(), ""
+        return [rest] if rest else []
 
 
 def split_text(text: str, max_chars: int = DEFAULT_MAX_CHARS) -> list[str]:
@@ -350,6 +374,7 @@ __all__ = [
     "DEFAULT_MAX_CHARS",
     "TAG_PATTERN",
     "DialogueLine",
+    "SentenceCutter",
     "check_dialogue_voices",
     "normalize_text",
     "nothing_to_speak",

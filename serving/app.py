@@ -34,7 +34,6 @@ import hmac
 import json
 import logging
 import os
-import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,8 +46,8 @@ from pydantic import BaseModel, ConfigDict, StrictFloat, StrictInt, StrictStr
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import HTTPConnection
 
-from ..audio_io_higgs_v3 import load_reference
-from ..chunking_higgs_v3 import DEFAULT_MAX_CHARS, TAG_PATTERN, nothing_to_speak, split_text, stream_sentences
+from ..audio_io_higgs_v3 import is_audio_url, load_reference
+from ..chunking_higgs_v3 import DEFAULT_MAX_CHARS, TAG_PATTERN, SentenceCutter, nothing_to_speak, split_text
 from ..longform_higgs_v3 import (
     DEFAULT_PAUSE_SECONDS, DEFAULT_RETRIES, DEFAULT_SECONDS_PER_CHAR, _voice_from_chunk, check_take_options,
     resolve_voice, rows_for_max_seconds,
@@ -62,6 +61,7 @@ from .worker import Chunk, QueueFull, SpeechWorker
 logger = logging.getLogger(__name__)
 
 API_KEY_ENV = "HIGGS_V3_API_KEY"
+UNFINISHED_HEADER = "X-Higgs-Unfinished-Chunks"  # chunks the model did not end (cut at max_seconds or max_new_tokens)
 
 
 @dataclass
@@ -80,6 +80,7 @@ class ServeSettings:
     retries: int = DEFAULT_RETRIES  # a request's default `retries`
     allow_url_references: bool = False
     retry_after_seconds: int = 1
+    receive_timeout_seconds: float = 300.0
     extra_model_names: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -245,14 +246,19 @@ def _voice_source(body: SpeechRequest, settings: ServeSettings, voices: VoiceSto
         raise APIError(400, f"voice {body.voice!r} is not a saved voice; saved here: "
                        f"{', '.join([DEFAULT_VOICE, *voices.names()])} (POST /v1/audio/voices adds one).", "voice")
     try:
-        return voices.load(body.voice)
+        voice = voices.load(body.voice)
     except (OSError, ValueError) as error:
         raise APIError(500, f"voice {body.voice!r} could not be read: {error}", "voice") from None
+    try:
+        processor._codes(voice, f"voice {body.voice!r}")
+    except ValueError as error:
+        raise APIError(400, str(error), "voice") from None
+    return voice
 
 
 def _clip_source(value: str, settings: ServeSettings):
     """`reference_audio`: an http(s) URL (with --allow-url-references) or base64 audio (a `data:` URI or bare)."""
-    if re.match(r"(?i)^https?://", value):
+    if is_audio_url(value):
         if not settings.allow_url_references:
             raise APIError(400, "reference_audio is a URL, which this server does not fetch (start it with "
                            "--allow-url-references); send the clip as base64 instead.", "reference_audio")
@@ -274,6 +280,7 @@ class SpeechService:
         self.spec = model.config.audio_spec
         self.voices = VoiceStore(settings.voices_dir)
         self.worker: SpeechWorker | None = None
+        self.voice_lock = asyncio.Lock()
 
     def start(self) -> None:
         s = self.settings
@@ -310,10 +317,11 @@ class SpeechService:
                         {"Retry-After": str(self.settings.retry_after_seconds)})
 
     # ------------------------------------------------------------------ speaking
-    def submit(self, plan: Plan, index: int, voice, stream: bool, text: str | None = None) -> Chunk:
+    def submit(self, plan: Plan, index: int, voice, stream: bool, text: str | None = None,
+               reserved: bool = False) -> Chunk:
         text = plan.chunks[index] if text is None else text
         chunk = Chunk(text, voice, plan.seed + index, plan.options, stream, asyncio.get_running_loop(),
-                      retries=0 if stream else plan.retries)
+                      retries=0 if stream else plan.retries, reserved=reserved)
         try:
             self.worker.submit(chunk)
         except QueueFull:
@@ -327,19 +335,28 @@ class SpeechService:
 
     async def chunks(self, plan: Plan, stream: bool):
         """The request's chunks as submitted: chunk 0 alone first when there is no voice (it becomes the voice)."""
-        voice = await self.voice_of(plan)
+        count, capacity = len(plan.chunks), self.worker.capacity
+        if count > capacity:
+            raise APIError(413, f"input is {count} chunks of at most {DEFAULT_MAX_CHARS} characters; this server "
+                           f"queues at most {capacity} (--max-queue): send it in parts.", "input")
+        try:  # every chunk's place at once: a request admitted is never refused halfway
+            self.worker.reserve(count)
+        except QueueFull:
+            raise self.busy() from None
         submitted: list[Chunk] = []
         try:
-            first = self.submit(plan, 0, voice, stream)
+            voice = await self.voice_of(plan)
+            first = self.submit(plan, 0, voice, stream, reserved=True)
             submitted.append(first)
             yield first
             if voice is None and len(plan.chunks) > 1:
                 voice = _voice_from_chunk(await first.output, self.spec)
             for index in range(1, len(plan.chunks)):
-                submitted.append(self.submit(plan, index, voice, stream))
+                submitted.append(self.submit(plan, index, voice, stream, reserved=True))
             for chunk in submitted[1:]:
                 yield chunk
         finally:
+            self.worker.release(count - len(submitted))  # places never used (an error, a client that left)
             for chunk in submitted:
                 chunk.cancelled.set()  # a no-op for chunks already spoken; the rest are dropped by the worker
 
@@ -400,9 +417,9 @@ def _add_routes(router: APIRouter, service: SpeechService) -> None:
 
     @router.get("/health")
     async def health():
-        batches = service.worker.batches
-        return {"status": "ok", "model": settings.model_name, "queued": service.worker.queued,
-                "batches": len(batches), "largest_batch": max(batches, default=0)}
+        worker = service.worker
+        return {"status": "ok", "model": settings.model_name, "queued": worker.queued, "batches": worker.batches,
+                "largest_batch": worker.largest_batch}
 
     @router.get("/v1/models")
     async def models():
@@ -425,7 +442,10 @@ def _add_routes(router: APIRouter, service: SpeechService) -> None:
             except ValueError as error:
                 raise APIError(400, str(error), "transcript") from None
         voice = await service.encode_voice(await audio.read(), transcript, "audio")
-        await asyncio.to_thread(service.voices.save, name, voice)
+        async with service.voice_lock:  # check and write as one: of two uploads of one name, the second is a 409
+            if name in service.voices.names():
+                raise APIError(409, f"voice {name!r} already exists; DELETE /v1/audio/voices/{name} first.", "name")
+            await asyncio.to_thread(service.voices.save, name, voice)
         return {"object": "voice", "name": name, "seconds": round(voice.duration, 3), "transcript": voice.text}
 
     @router.delete("/v1/audio/voices/{name}")
@@ -442,19 +462,23 @@ def _add_routes(router: APIRouter, service: SpeechService) -> None:
         if plan.stream_format is not None:
             chunks = service.chunks(plan, stream=True)
             first = await anext(chunks)  # refusals (a bad clip, a full queue) before the response starts
-            events = _audio_stream(service, plan, first, chunks)
+            tally = {"unfinished": 0}  # chunks the model did not end (cut at max_seconds): in SSE's done event
+            events = _audio_stream(service, plan, first, chunks, tally)
             if plan.stream_format == "sse":
-                return StreamingResponse(_sse(events, plan), media_type="text/event-stream")
+                return StreamingResponse(_sse(events, plan, tally), media_type="text/event-stream")
             return StreamingResponse(events, media_type=MEDIA_TYPES[plan.response_format])
-        waveform = await _whole(service, plan, request)
-        if waveform is None:  # the client left
+        spoken = await _whole(service, plan, request)
+        if spoken is None:  # the client left
             return Response(status_code=499)
+        waveform, unfinished = spoken
         audio = await asyncio.to_thread(encode, waveform, plan.response_format, service.spec.sampling_rate)
-        return Response(audio, media_type=MEDIA_TYPES[plan.response_format])
+        return Response(audio, media_type=MEDIA_TYPES[plan.response_format],
+                        headers={UNFINISHED_HEADER: str(unfinished)})
 
 
 async def _whole(service: SpeechService, plan: Plan, request: Request):
-    """The request's waveform (chunks joined with the pause), or None when its client left (checked at each chunk)."""
+    """The request's waveform (chunks joined with the pause) and how many chunks the model did not end, or None when
+    its client left (checked at each chunk)."""
     import torch
 
     outputs = []
@@ -468,10 +492,10 @@ async def _whole(service: SpeechService, plan: Plan, request: Request):
         await chunks.aclose()
     silence = torch.zeros(round(DEFAULT_PAUSE_SECONDS * service.spec.sampling_rate))
     parts = [part for output in outputs for part in (silence, output.waveform)][1:]
-    return torch.cat(parts).numpy()
+    return torch.cat(parts).numpy(), sum(not output.finished for output in outputs)
 
 
-async def _audio_stream(service: SpeechService, plan: Plan, first: Chunk, chunks):
+async def _audio_stream(service: SpeechService, plan: Plan, first: Chunk, chunks, tally: dict):
     """Bytes as they are generated: a WAV header with unknown sizes (wav), then 16-bit PCM of every piece, the pause
     between chunks."""
     import numpy as np
@@ -488,12 +512,14 @@ async def _audio_stream(service: SpeechService, plan: Plan, first: Chunk, chunks
             async for kind, value in _chunk_pieces(chunk):
                 if kind == "audio":
                     yield encode(value.numpy(), "pcm", rate)
+                else:
+                    tally["unfinished"] += not value.finished
             chunk, index = await anext(chunks, None), index + 1
     finally:
         await chunks.aclose()
 
 
-async def _sse(events, plan: Plan):
+async def _sse(events, plan: Plan, tally: dict):
     """OpenAI's speech SSE: `speech.audio.delta` events (base64 audio), then `speech.audio.done` with the usage; a
     failure once the response has started (a full queue for a later chunk, a fault) is an `error` event."""
     size = 0
@@ -510,7 +536,8 @@ async def _sse(events, plan: Plan):
         return
     usage = {"input_tokens": sum(len(chunk) for chunk in plan.chunks), "output_tokens": size // 2,
              "total_tokens": sum(len(chunk) for chunk in plan.chunks) + size // 2}
-    yield f"data: {json.dumps({'type': 'speech.audio.done', 'usage': usage})}\n\n"
+    done = {"type": "speech.audio.done", "usage": usage, "unfinished_chunks": tally["unfinished"]}
+    yield f"data: {json.dumps(done)}\n\n"
 
 
 def _install_error_handlers(app: FastAPI) -> None:
@@ -556,17 +583,28 @@ class _BodyLimit:
         length = dict(scope.get("headers", ())).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.limit:
             return await self.too_large().response()(scope, receive, send)
-        read = 0
+        read, over = 0, False
 
         async def limited():
-            nonlocal read
+            nonlocal read, over
             message = await receive()
             read += len(message.get("body", b""))
             if read > self.limit:
+                over = True
                 raise self.too_large()
             return message
 
-        await self.app(scope, limited, send)
+        async def sending(message):
+            if not over:  # over: the route's body parser answers 400 (a parse error); this sends the 413 instead
+                await send(message)
+
+        try:
+            await self.app(scope, limited, sending)
+        except Exception:
+            if not over:
+                raise
+        if over:
+            await self.too_large().response()(scope, receive, send)
 
     def too_large(self) -> APIError:
         return APIError(413, f"The request body is over {self.limit} bytes (--max-body-bytes).", None,
@@ -591,6 +629,13 @@ def _websocket_route(service: SpeechService):
             await websocket.close(code=1008)
         except WebSocketDisconnect:
             pass
+        except Exception as error:  # noqa: BLE001 - a fault: the client gets an error frame, the log the traceback
+            logger.error("Internal error in a text stream", exc_info=error)
+            problem = APIError(500, f"Internal error ({type(error).__name__}); see the server's log.")
+            with contextlib.suppress(Exception):
+                await websocket.send_text(json.dumps({"type": "error", "error": json.loads(problem.response().body)[
+                    "error"]}))
+                await websocket.close(code=1011)
 
     return speech_stream
 
@@ -612,29 +657,47 @@ def _stream_request(service: SpeechService, websocket: WebSocket) -> Plan:
     return check_speech(body, service.settings, service.processor, service.spec, service.voices)
 
 
+async def _sentences(service: SpeechService, websocket: WebSocket, sentences: asyncio.Queue) -> None:
+    """Reads the text frames on the event loop (no thread per socket), cutting sentences as they complete
+    (`SentenceCutter`) into `sentences`; then None (the end), or the refusal that ends the stream."""
+    cutter, total, limit = SentenceCutter(DEFAULT_MAX_CHARS), 0, service.settings.max_input_chars
+    try:
+        while True:
+            try:
+                message = await asyncio.wait_for(websocket.receive(), service.settings.receive_timeout_seconds)
+            except TimeoutError:
+                raise APIError(408, f"No text frame for {service.settings.receive_timeout_seconds} s; the stream is "
+                               "closed (send an empty frame to end the text).", "input") from None
+            if message["type"] == "websocket.disconnect":
+                raise WebSocketDisconnect(message.get("code", 1000))
+            if message.get("text") is None:
+                raise APIError(400, "A binary frame was sent; the stream takes text frames (an empty one ends the "
+                               "text).", "input")
+            total += len(message["text"])
+            if total > limit:
+                raise APIError(413, f"The streamed text is over {limit} characters; this server takes at most {limit} "
+                               "per stream (--max-input-chars).", "input", "request_too_large")
+            for sentence in cutter.feed(message["text"]) if message["text"] else cutter.finish():
+                sentences.put_nowait(sentence)
+            if not message["text"]:
+                break
+    except Exception as error:  # noqa: BLE001 - handed to the speaking loop, which raises it
+        sentences.put_nowait(error)
+        return
+    sentences.put_nowait(None)
+
+
 async def _speak_stream(service: SpeechService, websocket: WebSocket) -> None:
     plan = _stream_request(service, websocket)
     voice = await service.voice_of(plan)
-    pieces: asyncio.Queue = asyncio.Queue()
-    loop = asyncio.get_running_loop()
-
-    async def receive():
-        try:
-            while (text := await websocket.receive_text()) != "":
-                pieces.put_nowait(text)
-        finally:
-            pieces.put_nowait("")  # the end of the text (or of the client): the sentence thread stops waiting
-
-    def piece_iterator():
-        while (piece := asyncio.run_coroutine_threadsafe(pieces.get(), loop).result()) != "":
-            yield piece
-
+    sentences: asyncio.Queue = asyncio.Queue()
     tags = plan.chunks[0][: -len("x")]  # the instructions' tags, in front of every chunk
-    reader = asyncio.create_task(receive())
-    sentences = stream_sentences(piece_iterator())
-    rate, index, seconds = service.spec.sampling_rate, 0, 0.0
+    reader = asyncio.create_task(_sentences(service, websocket, sentences))
+    rate, index, seconds, unfinished = service.spec.sampling_rate, 0, 0.0, 0
     try:
-        while (sentence := await asyncio.to_thread(next, sentences, None)) is not None:
+        while (sentence := await sentences.get()) is not None:
+            if isinstance(sentence, Exception):
+                raise sentence
             try:
                 text = service.processor.check_text(sentence, f"sentence {index + 1} of the stream")
             except ValueError as error:
@@ -647,14 +710,15 @@ async def _speak_stream(service: SpeechService, websocket: WebSocket) -> None:
                     if kind == "audio":
                         seconds += value.shape[-1] / rate
                         await websocket.send_bytes(encode(value.numpy(), "pcm", rate))
-                    elif voice is None:
-                        voice = _voice_from_chunk(value, service.spec)
+                    else:
+                        unfinished += not value.finished
+                        if voice is None:
+                            voice = _voice_from_chunk(value, service.spec)
                 index += 1
     finally:
         reader.cancel()
-        pieces.put_nowait("")
     summary = {"type": "speech.done", "chunks": index, "seed": plan.seed, "audio_seconds": round(seconds, 3),
-               "sampling_rate": rate}
+               "sampling_rate": rate, "unfinished_chunks": unfinished}
     await websocket.send_text(json.dumps(summary))
     await websocket.close()
 

@@ -61,6 +61,7 @@ class Chunk:
     pieces: asyncio.Queue = field(default_factory=asyncio.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
     output: asyncio.Future | None = None  # the `ChunkOutput` (or the error), also when nobody reads `pieces`
+    reserved: bool = False  # its place in the queue's bound was reserved (`SpeechWorker.reserve`) before `submit`
 
     def __post_init__(self):
         self.output = self.loop.create_future()
@@ -109,17 +110,32 @@ class SpeechWorker:
     def __init__(self, model, processor, *, max_batch_size: int = 8, batch_wait_ms: float = 10.0,
                  max_queue: int = 64):
         self.model, self.processor = model, processor
-        self.frame_rate = model.config.audio_spec.frame_rate
         self.max_batch_size, self.batch_wait = max_batch_size, batch_wait_ms / 1000
-        self._queue: queue.Queue = queue.Queue(maxsize=max_queue)
+        self._queue: queue.Queue = queue.Queue()
         self._held: deque = deque()  # chunks taken from the queue that did not fit the last batch
-        self.batches: list[int] = []  # the size of every batch generated (for tests and the benchmark)
+        self.capacity, self._free, self._lock = max_queue, max_queue, threading.Lock()  # chunks queued, held or
+        # reserved count toward max_queue; a place is freed when its chunk is spoken or dropped
+        self.batches, self.largest_batch = 0, 0  # how many batches were generated, and the largest
         self._thread = threading.Thread(target=self._serve, name="higgs-v3-worker", daemon=True)
         self._thread.start()
 
     # ------------------------------------------------------------------ the handlers' side
+    def reserve(self, count: int) -> None:
+        """Reserve `count` places of the queue's bound (all or none); `QueueFull` when they are not free."""
+        with self._lock:
+            if count > self._free:
+                raise QueueFull
+            self._free -= count
+
+    def release(self, count: int) -> None:
+        with self._lock:
+            self._free += count
+
     def submit(self, chunk: Chunk) -> None:
-        """Queue `chunk`; `QueueFull` when the queue is full."""
+        """Queue `chunk` (in a place reserved for it, or a new one); `QueueFull` when the queue is full."""
+        if not chunk.reserved:
+            self.reserve(1)
+            chunk.reserved = True
         self._queue.put_nowait(chunk)
 
     async def call(self, function):
@@ -146,10 +162,13 @@ class SpeechWorker:
             if isinstance(first, _Call):
                 self._run_call(first)
                 continue
-            batch, stop = self._gather(first)
-            batch = [chunk for chunk in batch if not chunk.cancelled.is_set()]
-            if batch:
-                self._speak(batch)
+            gathered, stop = self._gather(first)
+            batch = [chunk for chunk in gathered if not chunk.cancelled.is_set()]
+            try:
+                if batch:
+                    self._speak(batch)
+            finally:
+                self.release(len(gathered))
             if stop:
                 self._held.append(_STOP)
 
@@ -184,6 +203,7 @@ class SpeechWorker:
 
     def _speak(self, batch: list[Chunk]) -> None:
         """One `generate` call for the batch; each waveform decoded alone; results delivered to each chunk."""
+        spec = self.model.config.audio_spec
         try:
             inputs = self.processor([chunk.text for chunk in batch], reference=[chunk.voice for chunk in batch])
             streamer = _RoutingStreamer(self.model, batch) if any(chunk.stream for chunk in batch) else None
@@ -192,15 +212,18 @@ class SpeechWorker:
                                              return_dict_in_generate=True, output_audio=False, streamer=streamer,
                                              **dict(batch[0].options))
                 frames, finished = output.audio_code_lengths.tolist(), output.finished.tolist()
-                self.batches.append(len(batch))
+                self.batches, self.largest_batch = self.batches + 1, max(self.largest_batch, len(batch))
                 for i, chunk in enumerate(batch):
                     waveform = self.model.decode_audio(output.sequences[i : i + 1], output.lengths[i : i + 1])[0]
                     take = ChunkOutput(chunk.text, output.audio_codes[i, : frames[i]].cpu(), waveform.float().cpu(),
-                                       bool(finished[i]), chunk.take_seed, self.frame_rate, batch_size=len(batch))
+                                       bool(finished[i]), chunk.take_seed, spec.frame_rate, batch_size=len(batch))
                     self._judge(chunk, judge_take(take, DEFAULT_SECONDS_PER_CHAR))
-        except Exception as error:  # noqa: BLE001 - every waiting request gets it
-            for chunk in batch:
-                chunk.deliver(("error", error))
+        except Exception as error:  # noqa: BLE001 - alone, the chunk gets it; in a batch, each is retried alone
+            if len(batch) == 1:
+                batch[0].deliver(("error", error))
+            else:
+                for chunk in batch:
+                    self._speak([chunk])
 
     def _judge(self, chunk: Chunk, take: ChunkOutput) -> None:
         """Deliver the kept take (`_better_take` of the takes so far), or hold the chunk for a redo: its take is bad
@@ -208,6 +231,8 @@ class SpeechWorker:
         take = take if chunk.kept is None else _better_take(chunk.kept, take)
         if take.problem is not None and chunk.attempt < chunk.retries:
             chunk.kept, chunk.attempt = take, chunk.attempt + 1
+            with self._lock:  # it keeps its place: `_serve` frees one for every chunk of the batch just spoken
+                self._free -= 1
             self._held.append(chunk)
         else:
             chunk.kept = None
@@ -222,6 +247,7 @@ class _RoutingStreamer(HiggsAudioV3AudioStreamer):
         self.batch = batch
 
     def _decode_chunk(self, start: int, end: int, available: list[int]):
+        available = [edge if chunk.stream else 0 for edge, chunk in zip(available, self.batch)]  # streamed rows only
         pieces = super()._decode_chunk(start, end, available)
         samples = self.spec.samples_per_frame
         for b, chunk in enumerate(self.batch):

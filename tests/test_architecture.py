@@ -233,7 +233,10 @@ HUB_FEATURE_LINES = {
     "notebook audio players and names": 92,
     # issue 24: `processor.synthesize_stream` (speech while the text arrives, sentence by sentence) and the chunker's
     # `stream_sentences`
-    "synthesize_stream": 51,
+    "synthesize_stream": 55,  # +4 in session 28: synthesize_long's take options and normalize
+    # session 28: the chunker's `SentenceCutter` (`stream_sentences` as a feeder the server drives on its event loop;
+    # bounded by max_chars, a stray `<|` released once it can no longer become a tag)
+    "stream sentence cutter": 25,
     "reference URL download deadline (issue 23)": 20,
     "audio writes: the OS's reason, long names (issue 23)": 5,
     "text inputs: chat text items, lone surrogates, reference_text type (issue 23)": 10,

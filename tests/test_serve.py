@@ -166,13 +166,14 @@ def test_a_full_queue_is_503_with_retry_after(served):
     worker._queue.put_nowait(_Call(lambda: (busy.set(), release.wait(5))))  # the worker thread waits on `release`
     assert busy.wait(5)
     try:
-        worker._queue.put_nowait(object()), worker._queue.put_nowait(object())  # the queue holds 2: full
-        found = client.post("/v1/audio/speech", json=speech(), headers=KEY)
+        worker.reserve(1)  # one of the 2 places: a 2-chunk request does not fit, a 3-chunk one never will
+        text = " ".join(f"Sentence number {i} of a text that is longer than one chunk." for i in range(6))
+        found = client.post("/v1/audio/speech", json=speech(input=text[:390]), headers=KEY)
         assert found.status_code == 503 and found.headers["Retry-After"] == "1"
         assert found.json()["error"]["code"] == "server_busy"
+        assert error(client.post("/v1/audio/speech", json=speech(input=text[:30] + "!" * 320), headers=KEY), 413)
     finally:
-        with worker._queue.mutex:
-            worker._queue.queue.clear()
+        worker.release(1)
         release.set()
 
 
@@ -231,13 +232,13 @@ def test_cancelled_chunks_are_dropped_when_a_batch_forms(served):
         loop = asyncio.get_running_loop()
         left, kept = (Chunk("Gone.", None, 1, (), False, loop), Chunk("Kept.", None, 2, (), False, loop))
         left.cancelled.set()
-        count = len(worker.batches)
+        count = worker.batches
         worker.submit(left), worker.submit(kept)
         output = await asyncio.wait_for(kept.output, 30)
-        return output, left.output.done(), worker.batches[count:]
+        return output, left.output.done(), worker.batches - count
 
     output, left_done, batches = asyncio.run(run())
-    assert output.text == "Kept." and output.batch_size == 1 and not left_done and batches == [1]
+    assert output.text == "Kept." and output.batch_size == 1 and not left_done and batches == 1
 
 
 def test_serve_options_are_checked_by_the_parser(capsys):
@@ -301,6 +302,7 @@ def test_a_redo_is_held_first_and_batches_with_the_work_queued_meanwhile(served,
 
     client, model, _ = served
     worker = client.app.state.service.worker
+    monkeypatch.setattr(worker, "_free", 3)  # room for three chunks (this server's --max-queue is 2); put back after
     options = (("max_new_tokens", 25),)
 
     async def run():
@@ -316,13 +318,13 @@ def test_a_redo_is_held_first_and_batches_with_the_work_queued_meanwhile(served,
             return patched(**kwargs)
 
         monkeypatch.setattr(model, "generate", generate)
-        count = len(worker.batches)
+        count = worker.batches
         worker.submit(bad), worker.submit(good)
         outputs = [await asyncio.wait_for(chunk.output, 30) for chunk in (bad, good, late)]
-        return outputs, calls, worker.batches[count:]
+        return outputs, calls, worker.batches - count
 
     (bad, good, late), calls, batches = asyncio.run(run())
-    assert calls == [[7, 8], [retry_seed(7, 1), 9]] and batches == [2, 2]
+    assert calls == [[7, 8], [retry_seed(7, 1), 9]] and batches == 2  # two batches of two (the seeds per call)
     assert [a["seed"] for a in bad.attempts] == [7, retry_seed(7, 1)] and bad.seed == retry_seed(7, 1)
     assert bad.problem is None and bad.finished and bad.batch_size == 2 and good.attempts[0]["seed"] == 8
 
@@ -337,3 +339,159 @@ def test_bad_retries_are_a_400_naming_the_field(served, fields, message):
     client, _, _ = served
     found = error(client.post("/v1/audio/speech", json=speech(**fields), headers=KEY), 400)
     assert found["param"] == "retries" and message in found["message"], found
+
+
+def test_a_saved_voice_with_wrong_codes_is_a_400_naming_voice(served):
+    from higgs_v3.audio_io_higgs_v3 import HiggsAudioV3Voice
+
+    client, _, _ = served
+    folder = client.app.state.service.voices.folder
+    HiggsAudioV3Voice(codes=torch.full((20, 3), 5, dtype=torch.long), text="Hi.").save(folder / "odd.safetensors")
+    try:
+        found = error(client.post("/v1/audio/speech", json=speech(voice="odd"), headers=KEY), 400)
+    finally:
+        (folder / "odd.safetensors").unlink()
+    assert found["param"] == "voice" and "The codes of voice 'odd'" in found["message"]
+
+
+def test_a_bad_chunk_fails_alone_the_others_of_its_batch_are_spoken(served):
+    import asyncio
+
+    from higgs_v3.audio_io_higgs_v3 import HiggsAudioV3Voice
+    from higgs_v3.serving.worker import Chunk
+
+    client, _, _ = served
+    worker = client.app.state.service.worker
+    odd = HiggsAudioV3Voice(codes=torch.full((20, 3), 5, dtype=torch.long), text="Hi.")
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        good, bad = Chunk("Kept.", None, 2, (), False, loop), Chunk("Bad.", odd, 1, (), False, loop)
+        worker._queue.put_nowait(bad), worker._queue.put_nowait(good)  # one batch (the same options)
+        output = await asyncio.wait_for(good.output, 30)
+        with pytest.raises(ValueError, match="codes"):
+            await asyncio.wait_for(bad.output, 30)
+        return output
+
+    assert asyncio.run(run()).text == "Kept."
+
+
+def test_idle_websockets_hold_no_thread_and_bad_frames_get_an_error_frame(served):
+    import contextlib
+
+    client, _, _ = served
+    done = []
+    with contextlib.ExitStack() as stack:  # more idle sockets than the default thread pool has threads
+        for _ in range(34):
+            stack.enter_context(client.websocket_connect("/v1/audio/speech/stream?seed=1", headers=KEY)).send_text(
+                "Hello")
+        speaker = threading.Thread(target=lambda: done.append(client.post(
+            "/v1/audio/speech", json=speech(response_format="pcm", seed=1), headers=KEY).status_code), daemon=True)
+        speaker.start()
+        speaker.join(60)
+        assert done == [200]
+    for send, status in [(lambda ws: ws.send_bytes(b"Hi."), 400), (lambda ws: ws.send_text("x" * 401), 413)]:
+        with client.websocket_connect("/v1/audio/speech/stream?seed=1", headers=KEY) as websocket:
+            send(websocket)
+            found = json.loads(websocket.receive_text())
+        assert found["type"] == "error" and found["error"]["param"] == "input", found
+    assert found["error"]["message"] == ("The streamed text is over 400 characters; this server takes at most 400 per "
+                                         "stream (--max-input-chars).")
+
+
+def test_oversize_body_without_content_length_is_413(served):
+    client, _, _ = served
+
+    def body():
+        yield b"x" * 150_000
+        yield b"x" * 60_000
+
+    found = error(client.post("/v1/audio/speech", content=body(), headers=KEY), 413)
+    assert found["code"] == "request_too_large" and "over 200000 bytes" in found["message"]
+
+
+def test_two_uploads_of_one_name_at_once_are_201_then_409(served, monkeypatch):
+    import asyncio
+
+    from higgs_v3.audio_io_higgs_v3 import HiggsAudioV3Voice
+
+    client, model, _ = served
+    service = client.app.state.service
+    voice = HiggsAudioV3Voice(codes=torch.full((20, model.config.audio_spec.num_codebooks), 5), text="Hi.")
+
+    async def encode_voice(source, transcript, param):  # both uploads pass the early check before either is saved
+        await asyncio.sleep(0.3)
+        return voice
+
+    monkeypatch.setattr(service, "encode_voice", encode_voice)
+    statuses = []
+    upload = {"audio": ("me.wav", b"clip", "audio/wav")}
+    post = lambda: statuses.append(client.post("/v1/audio/voices", data={"name": "twin"}, files=upload,
+                                               headers=KEY).status_code)
+    threads = [threading.Thread(target=post) for _ in range(2)]
+    [thread.start() for thread in threads], [thread.join(30) for thread in threads]
+    service.voices.delete("twin")
+    assert sorted(statuses) == [201, 409]
+
+
+def test_the_routing_streamer_decodes_only_the_streamed_rows(served, monkeypatch):
+    import asyncio
+
+    from higgs_v3.serving.worker import Chunk
+    from higgs_v3.streaming_higgs_v3 import HiggsAudioV3AudioStreamer
+
+    client, _, _ = served
+    worker, seen = client.app.state.service.worker, []
+    decode = HiggsAudioV3AudioStreamer._decode_chunk
+    monkeypatch.setattr(HiggsAudioV3AudioStreamer, "_decode_chunk",
+                        lambda self, start, end, available: (seen.append(list(available)),
+                                                             decode(self, start, end, available))[1])
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        chunks = [Chunk("Streamed.", None, 1, (), True, loop), Chunk("Whole.", None, 2, (), False, loop)]
+        for chunk in chunks:
+            worker._queue.put_nowait(chunk)
+        return [await asyncio.wait_for(chunk.output, 30) for chunk in chunks]
+
+    outputs = asyncio.run(run())
+    assert outputs[0].batch_size == 2 and seen and all(edges[1] == 0 and edges[0] > 0 for edges in seen), seen
+
+
+def test_unfinished_chunks_are_told_in_a_header_the_sse_done_event_and_the_websocket_summary(served):
+    client, model, processor = served
+    out = model.generate(**processor("Hello there."), seed=3, return_dict_in_generate=True)
+    expected = int(not out.finished[0])  # the model did not end it within max_new_tokens
+    whole = client.post("/v1/audio/speech", json=speech(response_format="pcm", seed=3), headers=KEY)
+    assert whole.headers["X-Higgs-Unfinished-Chunks"] == str(expected)
+    sse = client.post("/v1/audio/speech", headers=KEY,
+                      json=speech(response_format="pcm", stream_format="sse", seed=3))
+    events = [json.loads(line[6:]) for line in sse.text.splitlines() if line.startswith("data: ")]
+    assert events[-1]["type"] == "speech.audio.done" and events[-1]["unfinished_chunks"] == expected
+    with client.websocket_connect("/v1/audio/speech/stream?seed=3", headers=KEY) as websocket:
+        websocket.send_text("Hello there.")
+        websocket.send_text("")
+        while isinstance(message := websocket.receive(), dict) and message.get("text") is None:
+            pass
+    assert json.loads(message["text"])["unfinished_chunks"] == expected
+
+
+def test_chunks_held_for_a_later_batch_count_toward_max_queue():
+    import asyncio
+
+    from higgs_v3.serving.worker import Chunk, QueueFull, SpeechWorker
+
+    worker, loop = SpeechWorker(None, None, max_queue=2, batch_wait_ms=50), asyncio.new_event_loop()
+    entered, release = threading.Event(), threading.Event()
+    worker._speak = lambda batch: (entered.set(), release.wait(5))
+    try:
+        worker.submit(Chunk("A.", None, 1, (), False, loop))
+        worker.submit(Chunk("B.", None, 2, (("top_k", 5),), False, loop))  # other options: held while A is spoken
+        assert entered.wait(5) and len(worker._held) == 1
+        with pytest.raises(QueueFull):
+            worker.submit(Chunk("C.", None, 3, (), False, loop))
+    finally:
+        release.set()
+        worker.stop(5)
+        loop.close()
+    assert worker._free == 2

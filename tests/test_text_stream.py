@@ -75,3 +75,25 @@ def test_synthesize_stream_refuses_a_bad_sentence_when_it_arrives(tts):
     assert next(stream).ndim == 1
     with pytest.raises(ValueError, match="sentence 2 of the stream"):
         list(stream)
+
+
+def test_a_stray_tag_opening_and_a_long_sentence_do_not_hold_back_the_stream():
+    from higgs_v3.chunking_higgs_v3 import SentenceCutter, split_text
+
+    cutter = SentenceCutter()
+    assert cutter.feed("One. <|" + "a" * 70) == ["One."]  # "<|" then 70 characters can no longer become a tag
+    assert cutter.feed(" end. Two") == ["<|" + "a" * 70 + " end."]
+    words = "word " * 30
+    assert SentenceCutter(40).feed(words) == split_text(words, 40)[:-1]
+    assert cutter.finish() == ["Two"] and cutter.finish() == []
+
+
+def test_synthesize_stream_takes_synthesize_longs_take_options_and_normalize(tts):
+    model, processor = tts
+    waveform = torch.cat(list(processor.synthesize_stream(model, ["I have 3 ", "cats."], seed=3, max_seconds=0.3,
+                                                          retries=0, normalize="en")))
+    expected = synthesize_long(model, processor, "I have 3 cats.", seed=3, max_seconds=0.3, retries=0, normalize="en")
+    assert [chunk.text for chunk in expected.chunks] == ["I have three cats."]
+    assert torch.equal(waveform, expected.waveform)
+    with pytest.raises(ValueError, match="retries must be an integer >= 0"):
+        next(processor.synthesize_stream(model, ["Hi."], retries=-1))
