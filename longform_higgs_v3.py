@@ -59,6 +59,7 @@ DEFAULT_PAUSE_SECONDS = 0.3
 DEFAULT_DIALOGUE_PAUSE_SECONDS = 0.4
 DEFAULT_BATCH_SIZE = 8
 DEFAULT_RETRIES = 2
+MAX_RETRIES = 10  # a chunk is spoken at most 11 times: every request's work is bounded
 DEFAULT_SECONDS_PER_CHAR = (0.02, 0.25)
 """A take that ended is too short below 0.02 s per character (50 per second: words skipped) and too long above 0.25 s
 per character plus one second, and one per control tag (4 per second: babble); normal speech is ~0.07 s per letter. A CJK character, kana or
@@ -443,7 +444,8 @@ def take_problem(finished: bool, seconds: float, text: str,
 
 
 def check_take_options(retries, seconds_per_char, verify, max_wer) -> tuple:
-    """The retry options, checked once (a `ValueError` naming the first bad one): `retries` an integer >= 0,
+    """The retry options, checked once (a `ValueError` naming the first bad one): `retries` an integer in
+    [0, MAX_RETRIES],
     `seconds_per_char` None or `(low, high)` with 0 <= low < high, `verify` None or a callable ASR pipeline, `max_wer`
     a number >= 0. Returns them (`seconds_per_char` as a tuple)."""
     def number(value) -> bool:
@@ -451,8 +453,8 @@ def check_take_options(retries, seconds_per_char, verify, max_wer) -> tuple:
 
     bounds = tuple(seconds_per_char) if isinstance(seconds_per_char, (tuple, list)) else None
     problem = None
-    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-        problem = f"retries must be an integer >= 0 (0: no retry), got {retries!r}"
+    if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries <= MAX_RETRIES:
+        problem = f"retries must be an integer from 0 (no retry) to {MAX_RETRIES}, got {retries!r}"
     elif seconds_per_char is not None and not (bounds and len(bounds) == 2 and all(map(number, bounds))
                                                and bounds[0] < bounds[1]):
         problem = f"seconds_per_char must be None or (low, high) seconds with 0 <= low < high, got {seconds_per_char!r}"
@@ -580,6 +582,7 @@ __all__ = [
     "DEFAULT_DIALOGUE_PAUSE_SECONDS",
     "DEFAULT_PAUSE_SECONDS",
     "DEFAULT_RETRIES",
+    "MAX_RETRIES",
     "DEFAULT_SECONDS_PER_CHAR",
     "ChunkResult",
     "SpeechJob",

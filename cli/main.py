@@ -269,6 +269,9 @@ def _add_serve_parser(commands) -> None:
                        help="default audio limit per chunk (a request's max_seconds overrides it)")
     serve.add_argument("--allow-url-references", action="store_true",
                        help="let reference_audio be an http(s) URL that the server fetches (off: base64 only)")
+    serve.add_argument("--drain-seconds", type=_number("--drain-seconds", float, "0 or more", lambda x: x >= 0),
+                       default=30.0, help="on SIGTERM: how long the requests in flight may take to finish before they "
+                       "are cut (default 30); the process then exits 0")
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     serve.set_defaults(run=_cmd_serve, quiet_libraries=True)
 

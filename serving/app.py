@@ -81,6 +81,7 @@ class ServeSettings:
     allow_url_references: bool = False
     retry_after_seconds: int = 1
     receive_timeout_seconds: float = 300.0
+    drain_seconds: float = 30.0  # on shutdown: how long the requests in flight may take; then what is left is cut
     extra_model_names: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -288,8 +289,16 @@ class SpeechService:
                                    batch_wait_ms=s.batch_wait_ms, max_queue=s.max_queue)
 
     def stop(self) -> None:
+        """The app's shutdown: uvicorn has given the requests in flight `drain_seconds` and cancelled the rest, so what
+        the worker still holds is for clients that are gone: cut at once (the `generate` in flight stops at its next
+        step), and said in the log."""
         if self.worker is not None:
-            self.worker.stop()
+            cut = self.worker.stop(deadline=0)
+            if cut:
+                logger.warning("Shutdown: %d chunk(s) cut unspoken (queued or being generated): their clients were "
+                               "gone or past the %g s drain (--drain-seconds).", cut, self.settings.drain_seconds)
+            else:
+                logger.info("Shutdown: the worker had nothing left to speak.")
 
     # ------------------------------------------------------------------ voices
     async def encode_voice(self, source, transcript: str | None, param: str):
@@ -478,21 +487,30 @@ def _add_routes(router: APIRouter, service: SpeechService) -> None:
 
 async def _whole(service: SpeechService, plan: Plan, request: Request):
     """The request's waveform (chunks joined with the pause) and how many chunks the model did not end, or None when
-    its client left (checked at each chunk)."""
+    its client left (seen at once, while a chunk is spoken)."""
     import torch
 
     outputs = []
     chunks = service.chunks(plan, stream=False)
+    left = asyncio.ensure_future(_client_left(request))
     try:
         async for chunk in chunks:
-            if await request.is_disconnected():
-                return None
-            outputs.append(await chunk.output)
+            await asyncio.wait([chunk.output, left], return_when=asyncio.FIRST_COMPLETED)
+            if left.done():
+                return None  # `chunks` cancels the chunks left: never spoken, never redone
+            outputs.append(chunk.output.result())
     finally:
+        left.cancel()
         await chunks.aclose()
     silence = torch.zeros(round(DEFAULT_PAUSE_SECONDS * service.spec.sampling_rate))
     parts = [part for output in outputs for part in (silence, output.waveform)][1:]
     return torch.cat(parts).numpy(), sum(not output.finished for output in outputs)
+
+
+async def _client_left(request: Request) -> None:
+    """Returns when the client disconnects: the body was read, so the next ASGI message is `http.disconnect`."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
 
 
 async def _audio_stream(service: SpeechService, plan: Plan, first: Chunk, chunks, tally: dict):

@@ -1,12 +1,15 @@
 # Copyright 2026 the higgs-v3 authors. Licensed under the Apache License, Version 2.0.
 """`higgs-v3 serve` (its options: `cli/main`): check the options, load the model, run the app under uvicorn. uvicorn
-owns the process's signals: on SIGTERM or Ctrl-C it stops accepting connections, lets the requests in flight finish,
-then the app's lifespan drains the worker's queue, and uvicorn ends the process with the signal it got (its default
-action: a process manager sees a SIGTERM'd process)."""
+owns the process's signals: on SIGTERM or Ctrl-C it stops accepting connections and gives the requests in flight
+`--drain-seconds` to finish (the worker keeps speaking their chunks), then cancels those still running; the app's
+lifespan then cuts what the worker still holds (work for clients that are gone) and logs how much. After a SIGTERM the
+process exits 0: a drain that ran its course is a clean stop (uvicorn re-raises the signal it caught once it is done;
+the handler here takes it)."""
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 
@@ -38,14 +41,19 @@ def cmd_serve(args) -> int:
         voices_dir=args.voices_dir or cache_dir() / "voices",
         api_key=api_key, max_batch_size=args.max_batch_size, batch_wait_ms=args.batch_wait_ms,
         max_queue=args.max_queue, max_input_chars=args.max_input_chars, max_body_bytes=args.max_body_bytes,
-        max_seconds=max_seconds, allow_url_references=args.allow_url_references,
+        max_seconds=max_seconds, allow_url_references=args.allow_url_references, drain_seconds=args.drain_seconds,
     )
     if args.model == TINY_RANDOM:  # the demo model's takes are not redone unless a request asks (as `speak`)
         settings.retries = TINY_RANDOM_RETRIES
     app = create_app(model, processor, settings)
     print(f"higgs-v3 serve: {settings.model_name} on http://{args.host}:{args.port} (voices in "
           f"{settings.voices_dir})", file=sys.stderr, flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=None)
+    drained = signal.signal(signal.SIGTERM, lambda *_: None)  # what uvicorn re-raises after its drain: a clean exit
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
+                    timeout_graceful_shutdown=settings.drain_seconds)
+    finally:
+        signal.signal(signal.SIGTERM, drained)
     return 0
 
 

@@ -17,8 +17,16 @@ take or `retries` redos; the kept take is the library's. A streamed chunk is one
 
 A seeded sequence gets the same codes alone or in any batch, and each waveform is decoded alone
 (`model.decode_audio` of its own rows: a batched convolution may sum in another order), so a chunk's audio does not
-depend on what else is in flight. A full queue refuses the chunk (`QueueFull`: the server answers 503); a cancelled
-chunk (its client left) is dropped when a batch is formed; `stop()` lets the queued chunks finish first.
+depend on what else is in flight.
+
+The queue's bound (`max_queue`) counts places: a chunk takes one at `submit` (or a request reserves all of its chunks'
+at once, `reserve`), and owns it until the chunk ends, whichever way: its result delivered (a redo keeps it), its error
+delivered, dropped because its client left (`cancelled`, seen when a batch is formed or when its take is judged: a
+departed client's take is never redone), or cut at shutdown. `_end` is the one place a place is freed, once per chunk,
+before the chunk's end is delivered: a client that has its answer finds its place free. A full queue refuses a chunk
+(`QueueFull`: the server answers 503); `wait_idle` waits until every place is back. `stop()` lets the queued chunks
+finish first; `stop(deadline)` cuts, after `deadline` seconds, what is still queued and the `generate` in flight (at its
+next step), and says how many chunks it cut.
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import torch
+from transformers import StoppingCriteria
 
 from ..longform_higgs_v3 import DEFAULT_SECONDS_PER_CHAR, ChunkResult, _better_take, judge_take
 from ..sampling_higgs_v3 import retry_seed
@@ -40,6 +49,10 @@ from ..streaming_higgs_v3 import HiggsAudioV3AudioStreamer
 
 
 QueueFull = queue.Full
+
+
+class ShutdownCut(RuntimeError):
+    """A chunk that was queued or in flight when the server's shutdown deadline passed."""
 
 
 @dataclass
@@ -61,7 +74,7 @@ class Chunk:
     pieces: asyncio.Queue = field(default_factory=asyncio.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
     output: asyncio.Future | None = None  # the `ChunkOutput` (or the error), also when nobody reads `pieces`
-    reserved: bool = False  # its place in the queue's bound was reserved (`SpeechWorker.reserve`) before `submit`
+    reserved: bool = False  # it holds a place in the queue's bound (`SpeechWorker.reserve`), until it ends (`_end`)
 
     def __post_init__(self):
         self.output = self.loop.create_future()
@@ -112,10 +125,13 @@ class SpeechWorker:
         self.model, self.processor = model, processor
         self.max_batch_size, self.batch_wait = max_batch_size, batch_wait_ms / 1000
         self._queue: queue.Queue = queue.Queue()
-        self._held: deque = deque()  # chunks taken from the queue that did not fit the last batch
-        self.capacity, self._free, self._lock = max_queue, max_queue, threading.Lock()  # chunks queued, held or
-        # reserved count toward max_queue; a place is freed when its chunk is spoken or dropped
+        self._held: deque = deque()  # chunks taken from the queue that did not fit the last batch, and redos
+        self.capacity, self._free = max_queue, max_queue  # places: a chunk owns one from `submit` to `_end`
+        self._lock = threading.Lock()
+        self._places_back = threading.Condition(self._lock)  # notified when a place is freed (`wait_idle`)
+        self._abort = threading.Event()  # set by `stop`'s deadline: cut what is left
         self.batches, self.largest_batch = 0, 0  # how many batches were generated, and the largest
+        self.cut = 0  # chunks cut by `stop`'s deadline
         self._thread = threading.Thread(target=self._serve, name="higgs-v3-worker", daemon=True)
         self._thread.start()
 
@@ -128,8 +144,12 @@ class SpeechWorker:
             self._free -= count
 
     def release(self, count: int) -> None:
+        """Give back `count` places reserved and never used by a chunk (`submit` with `reserved=True` uses one)."""
         with self._lock:
             self._free += count
+            if self._free > self.capacity:
+                raise RuntimeError(f"{self._free - self.capacity} more queue places were released than reserved.")
+            self._places_back.notify_all()
 
     def submit(self, chunk: Chunk) -> None:
         """Queue `chunk` (in a place reserved for it, or a new one); `QueueFull` when the queue is full."""
@@ -144,10 +164,27 @@ class SpeechWorker:
         self._queue.put_nowait(call)
         return await asyncio.wrap_future(call.future)
 
-    def stop(self, timeout: float | None = None) -> None:
-        """Let every queued chunk finish, then end the thread."""
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Wait until every place of the queue's bound is free (nothing queued, held, reserved or being spoken);
+        False when `timeout` seconds passed first."""
+        with self._places_back:
+            return self._places_back.wait_for(lambda: self._free == self.capacity, timeout)
+
+    @property
+    def free(self) -> int:
+        """Places of the queue's bound free now."""
+        return self._free
+
+    def stop(self, deadline: float | None = None) -> int:
+        """Let every queued chunk finish, then end the thread. With `deadline` (seconds), what is still queued, held or
+        being generated then is cut: the `generate` in flight stops at its next step and each chunk left gets a
+        `ShutdownCut` error. Returns how many chunks were cut."""
         self._queue.put(_STOP)
-        self._thread.join(timeout)
+        self._thread.join(deadline)
+        if self._thread.is_alive():
+            self._abort.set()
+            self._thread.join()
+        return self.cut
 
     @property
     def queued(self) -> int:
@@ -158,17 +195,24 @@ class SpeechWorker:
         while True:
             first = self._held.popleft() if self._held else self._queue.get()
             if first is _STOP:
-                return
+                if not self._held:
+                    return
+                self._held.append(_STOP)  # redos were held behind the stop (a full batch did not reach it): them first
+                continue
             if isinstance(first, _Call):
                 self._run_call(first)
                 continue
             gathered, stop = self._gather(first)
-            batch = [chunk for chunk in gathered if not chunk.cancelled.is_set()]
-            try:
-                if batch:
-                    self._speak(batch)
-            finally:
-                self.release(len(gathered))
+            batch = []
+            for chunk in gathered:
+                if self._abort.is_set():
+                    self._cut(chunk)
+                elif chunk.cancelled.is_set():
+                    self._end(chunk)  # its client left: dropped
+                else:
+                    batch.append(chunk)
+            if batch:
+                self._speak(batch)
             if stop:
                 self._held.append(_STOP)
 
@@ -201,42 +245,76 @@ class SpeechWorker:
         except BaseException as error:  # noqa: BLE001 - handed to the waiting handler
             call.future.set_exception(error)
 
+    def _end(self, chunk: Chunk, item: tuple | None = None) -> None:
+        """The one place a chunk ends: its place in the queue's bound freed (once), then `item` (its result or its
+        error) delivered; a dropped chunk (its client left) has no item."""
+        if chunk.reserved:
+            chunk.reserved = False
+            self.release(1)
+        if item is not None:
+            chunk.deliver(item)
+
+    def _cut(self, chunk: Chunk) -> None:
+        self.cut += 1
+        self._end(chunk, ("error", ShutdownCut("The server shut down before this chunk was spoken.")))
+
     def _speak(self, batch: list[Chunk]) -> None:
-        """One `generate` call for the batch; each waveform decoded alone; results delivered to each chunk."""
-        spec = self.model.config.audio_spec
+        """One `generate` call for the batch, then each chunk's take judged. A batch that raises is spoken again chunk
+        by chunk, so a bad chunk fails alone."""
         try:
-            inputs = self.processor([chunk.text for chunk in batch], reference=[chunk.voice for chunk in batch])
-            streamer = _RoutingStreamer(self.model, batch) if any(chunk.stream for chunk in batch) else None
-            with torch.inference_mode():
-                output = self.model.generate(**inputs.to(self.model.device), seed=[chunk.take_seed for chunk in batch],
-                                             return_dict_in_generate=True, output_audio=False, streamer=streamer,
-                                             **dict(batch[0].options))
-                frames, finished = output.audio_code_lengths.tolist(), output.finished.tolist()
-                self.batches, self.largest_batch = self.batches + 1, max(self.largest_batch, len(batch))
-                for i, chunk in enumerate(batch):
-                    waveform = self.model.decode_audio(output.sequences[i : i + 1], output.lengths[i : i + 1])[0]
-                    take = ChunkOutput(chunk.text, output.audio_codes[i, : frames[i]].cpu(), waveform.float().cpu(),
-                                       bool(finished[i]), chunk.take_seed, spec.frame_rate, batch_size=len(batch))
-                    self._judge(chunk, judge_take(take, DEFAULT_SECONDS_PER_CHAR))
+            takes = self._generate(batch)
         except Exception as error:  # noqa: BLE001 - alone, the chunk gets it; in a batch, each is retried alone
             if len(batch) == 1:
-                batch[0].deliver(("error", error))
+                self._end(batch[0], ("error", error))
             else:
                 for chunk in batch:
                     self._speak([chunk])
+            return
+        for chunk, take in zip(batch, takes):
+            try:
+                self._cut(chunk) if self._abort.is_set() else self._judge(chunk, take)
+            except Exception as error:  # noqa: BLE001 - a fault judging one take ends that chunk alone
+                self._end(chunk, ("error", error))
+
+    def _generate(self, batch: list[Chunk]) -> list[ChunkOutput]:
+        """The batch's takes: one `generate` call, each waveform decoded alone."""
+        spec = self.model.config.audio_spec
+        inputs = self.processor([chunk.text for chunk in batch], reference=[chunk.voice for chunk in batch])
+        streamer = _RoutingStreamer(self.model, batch) if any(chunk.stream for chunk in batch) else None
+        with torch.inference_mode():
+            output = self.model.generate(**inputs.to(self.model.device), seed=[chunk.take_seed for chunk in batch],
+                                         return_dict_in_generate=True, output_audio=False, streamer=streamer,
+                                         stopping_criteria=[_Abort(self._abort)], **dict(batch[0].options))
+            frames, finished = output.audio_code_lengths.tolist(), output.finished.tolist()
+            self.batches, self.largest_batch = self.batches + 1, max(self.largest_batch, len(batch))
+            takes = []
+            for i, chunk in enumerate(batch):
+                waveform = self.model.decode_audio(output.sequences[i : i + 1], output.lengths[i : i + 1])[0]
+                takes.append(ChunkOutput(chunk.text, output.audio_codes[i, : frames[i]].cpu(), waveform.float().cpu(),
+                                         bool(finished[i]), chunk.take_seed, spec.frame_rate, batch_size=len(batch)))
+        return takes
 
     def _judge(self, chunk: Chunk, take: ChunkOutput) -> None:
-        """Deliver the kept take (`_better_take` of the takes so far), or hold the chunk for a redo: its take is bad
-        and it has retries left."""
+        """End the chunk with its kept take (`_better_take` of the takes so far), or hold it, with its place, for a
+        redo: its take is bad, it has retries left and its client is still there."""
+        take = judge_take(take, DEFAULT_SECONDS_PER_CHAR)
         take = take if chunk.kept is None else _better_take(chunk.kept, take)
-        if take.problem is not None and chunk.attempt < chunk.retries:
+        if take.problem is not None and chunk.attempt < chunk.retries and not chunk.cancelled.is_set():
             chunk.kept, chunk.attempt = take, chunk.attempt + 1
-            with self._lock:  # it keeps its place: `_serve` frees one for every chunk of the batch just spoken
-                self._free -= 1
             self._held.append(chunk)
         else:
             chunk.kept = None
-            chunk.deliver(("done", take))
+            self._end(chunk, ("done", take))
+
+
+class _Abort(StoppingCriteria):
+    """Ends every row of the `generate` in flight once `event` is set (the shutdown deadline): one flag, no host read."""
+
+    def __init__(self, event: threading.Event):
+        self.event = event
+
+    def __call__(self, input_ids: torch.LongTensor, scores=None, **kwargs) -> torch.BoolTensor:
+        return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool, device=input_ids.device)
 
 
 class _RoutingStreamer(HiggsAudioV3AudioStreamer):
@@ -256,4 +334,4 @@ class _RoutingStreamer(HiggsAudioV3AudioStreamer):
         return None  # nobody iterates this streamer
 
 
-__all__ = ["Chunk", "ChunkOutput", "QueueFull", "SpeechWorker"]
+__all__ = ["Chunk", "ChunkOutput", "QueueFull", "ShutdownCut", "SpeechWorker"]

@@ -291,7 +291,7 @@ def test_a_slow_drip_url_is_given_up_at_the_whole_downloads_deadline(processor, 
         started = time.monotonic()
         with pytest.raises(ValueError) as error:
             processor(TEXT, reference=url)
-        assert 0.5 <= time.monotonic() - started < 1.5
+        assert 0.5 <= time.monotonic() - started < 4.5  # given up at the deadline, not when the 5 s drip ends
     finally:
         httpd.shutdown()
         httpd.server_close()

@@ -32,13 +32,21 @@ ACCEPTED = ", ".join(writable_formats())
 
 
 @pytest.fixture(scope="module")
-def served(tokenizer, tmp_path_factory):
+def server(tokenizer, tmp_path_factory):
     model = tiny_tts_model(max_new_tokens=8)
     processor = HiggsAudioV3Processor.from_model_config(tokenizer, model.config)
     settings = ServeSettings("tiny", tmp_path_factory.mktemp("voices"), api_key="secret", max_input_chars=400,
                              max_body_bytes=200_000, max_queue=2)
     with TestClient(create_app(model, processor, settings)) as client:
         yield client, model, processor
+
+
+@pytest.fixture
+def served(server):
+    """The module's server once its worker is idle: a test's chunks still being spoken (a streamed chunk whose socket
+    closed, say) have ended and freed their places before the next test counts them."""
+    assert server[0].app.state.service.worker.wait_idle(60), "the worker still holds places a minute after a test"
+    return server
 
 
 def error(response, status: int) -> dict:
@@ -302,7 +310,8 @@ def test_a_redo_is_held_first_and_batches_with_the_work_queued_meanwhile(served,
 
     client, model, _ = served
     worker = client.app.state.service.worker
-    monkeypatch.setattr(worker, "_free", 3)  # room for three chunks (this server's --max-queue is 2); put back after
+    monkeypatch.setattr(worker, "capacity", 3)  # room for three chunks (this server's --max-queue is 2); put back after
+    monkeypatch.setattr(worker, "_free", 3)
     options = (("max_new_tokens", 25),)
 
     async def run():
@@ -330,7 +339,8 @@ def test_a_redo_is_held_first_and_batches_with_the_work_queued_meanwhile(served,
 
 
 @pytest.mark.parametrize("fields, message", [
-    ({"retries": -1}, "retries must be an integer >= 0 (0: no retry), got -1."),
+    ({"retries": -1}, "retries must be an integer from 0 (no retry) to 10, got -1."),
+    ({"retries": 1_000_000_000}, "retries must be an integer from 0 (no retry) to 10, got 1000000000."),
     ({"retries": 1.5}, "'retries': Input should be a valid integer"),
     ({"retries": 1, "stream_format": "audio", "response_format": "pcm"},
      "retries 1 cannot be honoured with stream_format: a streamed response is one take"),
@@ -476,22 +486,58 @@ def test_unfinished_chunks_are_told_in_a_header_the_sse_done_event_and_the_webso
     assert json.loads(message["text"])["unfinished_chunks"] == expected
 
 
-def test_chunks_held_for_a_later_batch_count_toward_max_queue():
+def test_a_whole_response_whose_client_left_is_cut_off_and_never_redone(served):
     import asyncio
 
-    from higgs_v3.serving.worker import Chunk, QueueFull, SpeechWorker
+    from higgs_v3.serving.app import SpeechRequest, _whole, check_speech
 
-    worker, loop = SpeechWorker(None, None, max_queue=2, batch_wait_ms=50), asyncio.new_event_loop()
+    client, _, _ = served
+    service = client.app.state.service
+    worker, count = service.worker, service.worker.batches
     entered, release = threading.Event(), threading.Event()
-    worker._speak = lambda batch: (entered.set(), release.wait(5))
+    worker._queue.put_nowait(_Call(lambda: (entered.set(), release.wait(60))))  # the worker is busy meanwhile
+    assert entered.wait(60)
+    plan = check_speech(SpeechRequest(**speech(retries=10, seed=3)), service.settings, service.processor, service.spec,
+                        service.voices)
+
+    class Gone:  # the request of a client that left once its body was read
+        async def receive(self):
+            return {"type": "http.disconnect"}
+
     try:
-        worker.submit(Chunk("A.", None, 1, (), False, loop))
-        worker.submit(Chunk("B.", None, 2, (("top_k", 5),), False, loop))  # other options: held while A is spoken
-        assert entered.wait(5) and len(worker._held) == 1
-        with pytest.raises(QueueFull):
-            worker.submit(Chunk("C.", None, 3, (), False, loop))
+        assert asyncio.run(_whole(service, plan, Gone())) is None
+        assert worker.free == 1  # its chunk, queued and cancelled, keeps its place until the worker drops it
     finally:
         release.set()
-        worker.stop(5)
-        loop.close()
-    assert worker._free == 2
+    assert worker.wait_idle(60) and worker.batches == count  # dropped unspoken
+
+
+def test_shutdown_cuts_what_the_worker_still_holds_and_says_so(served, caplog):
+    import asyncio
+    import logging
+
+    from higgs_v3.serving.app import SpeechService
+    from higgs_v3.serving.worker import Chunk, SpeechWorker
+    from test_worker import FakeModel, fake_processor
+
+    client, _, _ = served
+    service = SpeechService(client.app.state.service.model, client.app.state.service.processor,
+                            client.app.state.service.settings)
+    fake = FakeModel()
+    fake.block = True
+    service.worker = SpeechWorker(fake, fake_processor, max_queue=2)
+
+    async def run():
+        chunks = [Chunk("ok", None, seed, (), False, asyncio.get_running_loop()) for seed in (1, 2)]
+        for chunk in chunks:
+            service.worker.submit(chunk)
+        fake.gate.release()
+        await asyncio.to_thread(fake.entered.wait, 60)
+        with caplog.at_level(logging.INFO, logger="higgs_v3.serving.app"):
+            await asyncio.to_thread(service.stop)
+        return await asyncio.gather(*(chunk.output for chunk in chunks), return_exceptions=True)
+
+    results = asyncio.run(run())
+    assert [type(result).__name__ for result in results] == ["ShutdownCut", "ShutdownCut"]
+    assert "Shutdown: 2 chunk(s) cut unspoken (queued or being generated)" in caplog.text
+    assert service.worker.free == 2

@@ -134,8 +134,9 @@ def test_take_bounds_are_tunable_and_checked(tts):
     assert take_problem(True, 100.0, "Hello there, how are you?", None) is None
     assert spoken_characters("It's 3 o'clock. 早上好") == 3 + 1 + 6 + 3 * 3
     for options, message in [
-        ({"retries": -1}, "retries must be an integer >= 0 (0: no retry), got -1."),
-        ({"retries": True}, "retries must be an integer >= 0 (0: no retry), got True."),
+        ({"retries": -1}, "retries must be an integer from 0 (no retry) to 10, got -1."),
+        ({"retries": True}, "retries must be an integer from 0 (no retry) to 10, got True."),
+        ({"retries": 10**9}, "retries must be an integer from 0 (no retry) to 10, got 1000000000."),
         ({"seconds_per_char": (0.3, 0.1)}, "seconds_per_char must be None or (low, high) seconds with 0 <= low < high, "
                                            "got (0.3, 0.1)."),
         ({"verify": "whisper"}, "verify must be a transformers ASR pipeline (pipeline('automatic-speech-recognition', "
