@@ -459,8 +459,7 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
                 audio_input_ids, reference_audio, reference_audio_lengths, audio_input_ids_mask
             )
             audio_input_ids_mask = None
-        num_codebooks = self.config.num_codebooks
-        batch_size, prompt_length = input_ids.shape
+        num_codebooks, (batch_size, prompt_length) = self.config.num_codebooks, input_ids.shape
         processors, stopper = self._audio_generation_pieces(warpers, seed, batch_size, prompt_length, input_ids.device,
                                                             min_new_tokens)
         progress = HiggsAudioV3ProgressBar(generation_config.max_new_tokens) if monitor_progress else None

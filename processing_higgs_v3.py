@@ -40,6 +40,7 @@ from .longform_higgs_v3 import SpeechResult, synthesize_dialogue, synthesize_lon
 
 # transformers 5.5 copies only the *direct* relative imports of the entry module when it loads remote code from a local
 # folder (5.24 and the Hub path follow them recursively), so the rest of this module's closure is imported here too.
+from .compat_higgs_v3 import CACHE_KWARG  # noqa: F401
 from .generation_higgs_v3 import MAX_POSITIONS  # noqa: F401
 from .sampling_higgs_v3 import check_seed  # noqa: F401
 from .streaming_higgs_v3 import HiggsAudioV3RowTracker  # noqa: F401
@@ -562,28 +563,26 @@ class HiggsAudioV3Processor(ProcessorMixin):
         return HiggsAudioV3Voice.load(path)
 
     def batch_decode(self, *args, **kwargs):
-        """Text token ids -> strings with the tokenizer, as `ProcessorMixin` does (e.g. the prompts of `input_ids`).
-        Generated audio is not text: `generate(..., return_dict_in_generate=True)` returns the waveforms in `.audio`
-        and `model.decode_audio(out.sequences, out.lengths)` decodes rows; audio rows given here are refused."""
-        self._refuse_audio_rows(args[0] if args else kwargs.get("sequences"), text_dims=2)
+        """Text ids -> strings with the tokenizer, as `ProcessorMixin` (audio rows refused: `_refuse_audio_rows`)."""
+        _refuse_audio_rows(args[0] if args else kwargs.get("sequences"), text_dims=2)
         return super().batch_decode(*args, **kwargs)
 
     def decode(self, *args, **kwargs):
-        """Text token ids -> a string with the tokenizer, as `ProcessorMixin` does (audio rows: see `batch_decode`)."""
-        self._refuse_audio_rows(args[0] if args else kwargs.get("token_ids"), text_dims=1)
+        """Text ids -> a string with the tokenizer, as `ProcessorMixin` (audio rows refused: `_refuse_audio_rows`)."""
+        _refuse_audio_rows(args[0] if args else kwargs.get("token_ids"), text_dims=1)
         return super().decode(*args, **kwargs)
 
-    @staticmethod
-    def _refuse_audio_rows(ids, text_dims: int) -> None:
-        """Ids of more than `text_dims` dimensions are `generate`'s audio rows (`[batch, rows, num_codebooks]`, or one
-        sequence's `[rows, num_codebooks]`), codes the tokenizer would turn into arbitrary text: a `ValueError` saying
-        how audio is decoded."""
-        if getattr(ids, "ndim", 0) > text_dims:
-            raise ValueError(
-                f"decode / batch_decode take text token ids; got a {tuple(ids.shape)} array, generated audio rows "
-                "([batch,] rows, num_codebooks). generate(..., return_dict_in_generate=True) returns the waveforms in "
-                "`.audio`, and model.decode_audio(out.sequences, out.lengths) decodes rows."
-            )
+
+def _refuse_audio_rows(ids, text_dims: int) -> None:
+    """Ids of more than `text_dims` dimensions are `generate`'s audio rows (`[batch, rows, num_codebooks]`, or one
+    sequence's `[rows, num_codebooks]`), codes the tokenizer would turn into arbitrary text: a `ValueError` saying how
+    audio is decoded."""
+    if getattr(ids, "ndim", 0) > text_dims:
+        raise ValueError(
+            f"decode / batch_decode take text token ids; got a {tuple(ids.shape)} array, generated audio rows "
+            "([batch,] rows, num_codebooks). generate(..., return_dict_in_generate=True) returns the waveforms in "
+            "`.audio`, and model.decode_audio(out.sequences, out.lengths) decodes rows."
+        )
 
 
 def _rendered(index: int, text, reference, codes, transcript) -> tuple:
@@ -615,18 +614,16 @@ def _message_dicts(conversation):
             return {field.name: getattr(value, field.name) for field in dataclasses.fields(value)}
         return value.model_dump() if callable(getattr(value, "model_dump", None)) else value
 
+    def message_dict(message):
+        message = {key: value for key, value in message.items() if value is not None}
+        content = message.get("content")
+        return {**message, "content": [plain(item) for item in content]} if isinstance(content, (list, tuple)) else (
+            message)
+
     def messages(one):
         one = getattr(one, "messages", one)
-        if not isinstance(one, (list, tuple)):
-            return one
-        plain_messages = []
-        for message in map(plain, one):
-            if isinstance(message, Mapping):
-                message = {key: value for key, value in message.items() if value is not None}
-                if isinstance(message.get("content"), (list, tuple)):
-                    message["content"] = [plain(item) for item in message["content"]]
-            plain_messages.append(message)
-        return plain_messages
+        return [message_dict(m) if isinstance(m, Mapping) else m for m in map(plain, one)] if isinstance(
+            one, (list, tuple)) else one
 
     batched = isinstance(conversation, (list, tuple)) and bool(conversation) and (
         isinstance(conversation[0], (list, tuple)) or hasattr(conversation[0], "messages"))
