@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 from transformers import (
-    AttentionInterface, GenerationConfig, GenerationMixin, LogitsProcessor, LogitsProcessorList, StoppingCriteria,
+    AttentionInterface, Cache, GenerationConfig, GenerationMixin, LogitsProcessor, LogitsProcessorList,
+    StoppingCriteria,
 )
 from transformers.masking_utils import AttentionMaskInterface, eager_mask
 from transformers.generation.stopping_criteria import EosTokenCriteria, StoppingCriteriaList
@@ -28,6 +29,7 @@ from transformers.generation.streamers import BaseStreamer
 from transformers.utils import ModelOutput, logging
 
 from .audio_io_higgs_v3 import audio_html
+from .compat_higgs_v3 import CACHE_KWARG
 from .delay_higgs_v3 import codes_problem, speech_finished, speech_rows
 from .sampling_higgs_v3 import HiggsAudioV3SeededSampler, draw_seed, sampling_problems, sampling_warpers, seed_problem
 
@@ -130,15 +132,15 @@ _UNSUPPORTED_OPTIONS: dict[str, object] = {
     "num_beams": 1, "num_beam_groups": 1, "num_return_sequences": 1, "penalty_alpha": None, "repetition_penalty": 1.0,
     "encoder_repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0,
     "bad_words_ids": None, "force_words_ids": None, "sequence_bias": None, "guidance_scale": None, "typical_p": 1.0,
-    "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "min_length": 0, "min_new_tokens": None, "prompt_lookup_num_tokens": None,
+    "epsilon_cutoff": 0.0, "eta_cutoff": 0.0, "min_length": 0, "prompt_lookup_num_tokens": None,
     "suppress_tokens": None, "begin_suppress_tokens": None, "forced_bos_token_id": None, "forced_eos_token_id": None,
     "exponential_decay_length_penalty": None, "watermarking_config": None, "token_healing": False, "dola_layers": None,
 }
 _UNSUPPORTED_ARGUMENTS = ("assistant_model", "prefix_allowed_tokens_fn", "negative_prompt_ids", "custom_generate")
 _SUPPORTED = (
     "greedy decoding (do_sample=False) or sampling (do_sample=True) with temperature, top_k, top_p and min_p applied "
-    "per codebook; max_new_tokens (audio rows); seed; streamer; use_cache / cache_implementation; logits_processor; "
-    "stopping_criteria; output_scores / output_logits"
+    "per codebook; max_new_tokens (audio rows); min_new_tokens (no end of speech before that row); seed; streamer; "
+    "use_cache / cache_implementation; logits_processor; stopping_criteria; output_scores / output_logits"
 )
 
 
@@ -156,6 +158,8 @@ class HiggsAudioV3GenerationOutput(ModelOutput):
     audio (`list[torch.FloatTensor]`, *optional*): one 1-D waveform per sequence at `sampling_rate`, when the
         model has a codec and `output_audio` is not False. In a notebook the output shows as one player per sequence.
     scores / logits (`tuple[torch.FloatTensor]`, *optional*): per step, `[batch, num_codebooks, codebook_size]`.
+    cache (`Cache`, *optional*; `past_key_values` on transformers 5.5): the KV cache after the last step, batch `batch`
+        (one row per sequence, not per codebook), as every `return_dict_in_generate=True` output of transformers.
     sampling_rate (`int`, an attribute): the audio's samples per second (`config.sampling_rate`), with `audio`.
     """
 
@@ -169,6 +173,10 @@ class HiggsAudioV3GenerationOutput(ModelOutput):
     logits: tuple[torch.Tensor, ...] | None = None
     attentions: tuple | None = None
     hidden_states: tuple | None = None
+    if CACHE_KWARG == "cache":  # the field's name is the installed transformers' (`compat_higgs_v3`)
+        cache: Cache | None = None
+    else:
+        past_key_values: Cache | None = None
     sampling_rate = None  # an attribute, not a key (a pipeline splits every key of a batch by rows)
 
     def _repr_html_(self) -> str | None:
@@ -199,6 +207,28 @@ class HiggsAudioV3DelayPatternLogitsProcessor(LogitsProcessor):
         forced = torch.full_like(scores, -float("inf"))
         forced[:, self.boc_token_id] = 0.0
         return torch.where((codebook > step)[:, None], forced, scores)
+
+
+class HiggsAudioV3MinNewTokensLogitsProcessor(LogitsProcessor):
+    r"""`min_new_tokens` for speech: no end of speech before row `min_new_tokens`. Speech ends where codebook 0 emits
+    EOC (`delay_higgs_v3.speech_end_row`), so at every step `s < min_new_tokens` codebook 0's EOC gets `-inf` (as
+    transformers' `MinNewTokensLengthLogitsProcessor` bans EOS): the earliest end is row `max(min_new_tokens, C)`, and a
+    finished sequence has at least `min_new_tokens + C - 1` rows. The other codebooks are untouched.
+
+    `input_ids` is the stock loop's `[batch * C, prompt_length + s]`; `scores` is `[batch * C, codebook_size]`.
+    """
+
+    def __init__(self, num_codebooks: int, eoc_token_id: int, prompt_length: int, min_new_tokens: int):
+        self.num_codebooks, self.eoc_token_id = num_codebooks, eoc_token_id
+        self.prompt_length, self.min_new_tokens = prompt_length, min_new_tokens
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        step = input_ids.shape[1] - self.prompt_length  # Python int from a shape: no host sync
+        if step >= self.min_new_tokens:
+            return scores
+        banned = torch.zeros_like(scores, dtype=torch.bool)
+        banned[:: self.num_codebooks, self.eoc_token_id] = True  # codebook 0 of every sequence
+        return scores.masked_fill(banned, -float("inf"))
 
 
 class HiggsAudioV3StoppingCriteria(StoppingCriteria):
@@ -319,6 +349,10 @@ def _argument_problems(input_ids, attention_mask, generation_config, logits_proc
     limit = kwargs.get("max_new_tokens", getattr(generation_config, "max_new_tokens", None))  # the one that counts
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         problems.append(f"max_new_tokens must be a positive number of audio rows, got {limit!r}.")
+    least = kwargs.get("min_new_tokens", getattr(generation_config, "min_new_tokens", None))
+    if least is not None and (isinstance(least, bool) or not isinstance(least, int) or least < 0):
+        problems.append(f"min_new_tokens must be a number of audio rows >= 0 (no end of speech before that row) or "
+                        f"None, got {least!r}.")
     if kwargs.get("do_sample") is not None and not isinstance(kwargs["do_sample"], bool):
         problems.append(f"do_sample must be True or False, got {kwargs['do_sample']!r}.")
     if reference_audio_lengths is not None and reference_audio is None:
@@ -387,7 +421,8 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
             reference_audio / reference_audio_lengths: the processor's reference clips, each encoded once before the
                 loop into the rows marked for it (`merge_reference_clips`): the speech of `encode_reference(clip)`.
             generation_config / kwargs: `do_sample`, `temperature`, `top_k`, `top_p`, `min_p` (unset: nothing applied),
-                `max_new_tokens` (audio rows, default 2048), `use_cache`, `cache_implementation`,
+                `max_new_tokens` (audio rows, default 2048), `min_new_tokens` (no end of speech before that row:
+                codebook 0's EOC banned until then), `use_cache`, `cache_implementation`,
                 `return_dict_in_generate`, `output_scores`, `output_logits`; beam search and the like are refused.
             streamer: receives each new row as a `[batch, num_codebooks]` tensor (`put`), then `end()`.
             seed: `int` or one per sequence (list or `[batch]` tensor), in `[0, 2**62)`: a sequence's draws are the same
@@ -414,7 +449,7 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         if output_audio:
             self._require_codec("output_audio=True")
         input_ids, attention_mask = _left_aligned(input_ids, attention_mask)
-        generation_config, model_kwargs, warpers, return_dict = self._audio_generation_config(
+        generation_config, model_kwargs, warpers, return_dict, min_new_tokens = self._audio_generation_config(
             input_ids, attention_mask, audio_input_ids, audio_input_ids_mask, generation_config, logits_processor,
             stopping_criteria, streamer, seed, max_positions, reference_audio, reference_audio_lengths, kwargs,
             batch_invariant,
@@ -424,9 +459,9 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
                 audio_input_ids, reference_audio, reference_audio_lengths, audio_input_ids_mask
             )
             audio_input_ids_mask = None
-        num_codebooks = self.config.num_codebooks
-        batch_size, prompt_length = input_ids.shape
-        processors, stopper = self._audio_generation_pieces(warpers, seed, batch_size, prompt_length, input_ids.device)
+        num_codebooks, (batch_size, prompt_length) = self.config.num_codebooks, input_ids.shape
+        processors, stopper = self._audio_generation_pieces(warpers, seed, batch_size, prompt_length, input_ids.device,
+                                                            min_new_tokens)
         progress = HiggsAudioV3ProgressBar(generation_config.max_new_tokens) if monitor_progress else None
         # *** Higgs v3 specific: the stock loop runs over B * C rows, row b * C + c holding codebook c ***
         invariance = invariant_numerics(self) if batch_invariant else contextlib.nullcontext()
@@ -460,11 +495,11 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         self, input_ids, attention_mask, audio_input_ids, audio_input_ids_mask, generation_config, logits_processor,
         stopping_criteria, streamer, seed, max_positions, reference_audio, reference_audio_lengths, kwargs: dict,
         batch_invariant: bool = False,
-    ) -> tuple[GenerationConfig, dict, list[LogitsProcessor] | None, bool]:
+    ) -> tuple[GenerationConfig, dict, list[LogitsProcessor] | None, bool, int | None]:
         """THE validator of `generate`'s arguments: each is checked once, every problem named in one `ValueError`
         (the arguments' types and shapes first; then the merged options, the positions, the prompts and the reference
         rows). Returns `(config for the stock loop, model kwargs, the sampling warpers (None for greedy decoding),
-        whether the caller asked for a dict output)`."""
+        whether the caller asked for a dict output, min_new_tokens)`."""
         problems = _argument_problems(input_ids, attention_mask, generation_config, logits_processor,
                                       stopping_criteria, streamer, seed, max_positions, reference_audio,
                                       reference_audio_lengths, kwargs, batch_invariant)
@@ -485,7 +520,7 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
                 "model is reported never to sample its end of speech and to run to max_new_tokens (boson-ai/"
                 "higgs-audio#151: 0.3 hit the limit, 1.0 ended). The default, 1.0, is the official server's."
             )
-        return_dict = generation_config.return_dict_in_generate
+        return_dict, min_new_tokens = generation_config.return_dict_in_generate, generation_config.min_new_tokens
         warpers = sampling_warpers(generation_config) if generation_config.do_sample else None
         # *** Higgs v3 specific: what the stock loop is told, changed here in the open ***
         # Sampling is ours (the warpers above, the seeded draw): the stock loop runs greedy, with no sampling fields
@@ -495,8 +530,9 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         generation_config.eos_token_id = None  # our stopping criterion ends sequences
         generation_config.bos_token_id = None
         generation_config.return_dict_in_generate = True  # our output is read off the stock one
+        generation_config.min_new_tokens = None  # ours bans the end of speech (HiggsAudioV3MinNewTokensLogitsProcessor)
         # *** end Higgs v3 specific ***
-        return generation_config, model_kwargs, warpers, return_dict
+        return generation_config, model_kwargs, warpers, return_dict, min_new_tokens
 
     def _merged_generation_config(self, generation_config: GenerationConfig | None, kwargs: dict
                                   ) -> tuple[GenerationConfig, dict, list[str]]:
@@ -609,19 +645,22 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         return []
 
     def _audio_generation_pieces(
-        self, warpers: list[LogitsProcessor] | None, seed, batch_size: int, prompt_length: int, device: torch.device
+        self, warpers: list[LogitsProcessor] | None, seed, batch_size: int, prompt_length: int, device: torch.device,
+        min_new_tokens: int | None = None,
     ) -> tuple[list[LogitsProcessor], HiggsAudioV3StoppingCriteria]:
-        """Our logits processors, run after the user's (the warpers (None: greedy), the delay pattern's BOC, the
-        seeded draw), and the end-of-speech criterion."""
+        """Our logits processors, run after the user's (the ban of an early end of speech with `min_new_tokens`, the
+        warpers (None: greedy), the delay pattern's BOC, the seeded draw), and the end-of-speech criterion."""
         num_codebooks = self.config.num_codebooks
+        eoc = self.config.audio_eoc_token_id
         processors = [
+            *([HiggsAudioV3MinNewTokensLogitsProcessor(num_codebooks, eoc, prompt_length, min_new_tokens)]
+              if min_new_tokens else []),
             *(warpers or []),
             HiggsAudioV3DelayPatternLogitsProcessor(num_codebooks, self.config.audio_boc_token_id, prompt_length),
         ]
         if warpers is not None:  # one seed per sequence (`_seed_problems` checked them); unseeded: drawn once per call
             seeds = torch.as_tensor(draw_seed() if seed is None else seed, device=device).long().expand(batch_size)
             processors.append(HiggsAudioV3SeededSampler(seeds, num_codebooks, prompt_length))
-        eoc = self.config.audio_eoc_token_id
         stopper = HiggsAudioV3StoppingCriteria(batch_size, num_codebooks, eoc, prompt_length, device)
         return processors, stopper
 
@@ -661,6 +700,7 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
             audio=audio, scores=per_row(getattr(outputs, "scores", None)),
             logits=per_row(getattr(outputs, "logits", None)), attentions=getattr(outputs, "attentions", None),
             hidden_states=getattr(outputs, "hidden_states", None),
+            **{CACHE_KWARG: getattr(outputs, CACHE_KWARG, None)},
         )
         output.sampling_rate = spec.sampling_rate if audio is not None else None
         return output
@@ -708,6 +748,6 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
 
 __all__ = [
     "HiggsAudioV3DelayPatternLogitsProcessor", "HiggsAudioV3GenerationMixin", "HiggsAudioV3GenerationOutput",
-    "HiggsAudioV3ProgressBar", "HiggsAudioV3StoppingCriteria", "LOW_TEMPERATURE", "MAX_NEW_TOKENS", "MAX_POSITIONS",
-    "default_generation_config",
+    "HiggsAudioV3MinNewTokensLogitsProcessor", "HiggsAudioV3ProgressBar", "HiggsAudioV3StoppingCriteria",
+    "LOW_TEMPERATURE", "MAX_NEW_TOKENS", "MAX_POSITIONS", "default_generation_config",
 ]

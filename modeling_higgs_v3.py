@@ -6,8 +6,6 @@ rows, the tied audio head, the per-codebook loss, and (as CSM) the thin way betw
 Generation lives in `generation_higgs_v3.py`, the codec and its placement in `codec_higgs_v3.py`.
 """
 
-from __future__ import annotations
-
 from dataclasses import dataclass
 
 import torch
@@ -15,7 +13,8 @@ import torch.nn.functional as F
 from torch import nn
 from transformers import PreTrainedModel, Qwen3Model
 from transformers.modeling_outputs import CausalLMOutputWithPast
-from transformers.utils import can_return_tuple, logging
+from transformers.processing_utils import Unpack
+from transformers.utils import TransformersKwargs, can_return_tuple, logging
 
 from .audio_io_higgs_v3 import TARGET_ADVICE, AudioLike, HiggsAudioV3Voice, prepare_reference_waveform
 from .codec_higgs_v3 import HiggsAudioV3Codec, codec_device_map, place_codec
@@ -59,8 +58,9 @@ class HiggsAudioV3PreTrainedModel(PreTrainedModel):
     _supports_flex_attn = True
     _can_compile_fullgraph = True
     _supports_attention_backend = True
-    _keep_in_fp32_modules = ["codec"]
-    _keep_in_fp32_modules_strict = ["codec"]  # loaded in fp32 whatever the dtype; the codec keeps it (its `_apply`)
+    # The codec is loaded in fp32 whatever the dtype (the strict list: fp16 and bf16) and keeps it (its `_apply`); a
+    # model without a codec lists nothing (`__init__`).
+    _keep_in_fp32_modules_strict = ["codec"]
     # The loss is a mean over labelled rows per codebook: transformers' Trainer must not pass `num_items_in_batch`
     # (it would reach the backbone) nor skip its own division by the gradient accumulation steps.
     accepts_loss_kwargs = False
@@ -113,6 +113,8 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
         self.num_codebooks = config.num_codebooks
         self.codebook_size = config.codebook_size
         self.codec = None if config.codec_config is None else HiggsAudioV3Codec.from_codec_config(config.codec_config)
+        if self.codec is None:  # *** Higgs v3 specific: no codec, nothing to keep in fp32 (read by `post_init`) ***
+            self._keep_in_fp32_modules_strict = []
         self.post_init()
         self.generation_config = default_generation_config(config)
 
@@ -291,7 +293,7 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
         return_text_logits: bool = False,
         reference_audio: torch.Tensor | None = None,
         reference_audio_lengths: torch.LongTensor | None = None,
-        **kwargs,
+        **kwargs: Unpack[TransformersKwargs],
     ) -> HiggsAudioV3OutputWithPast:
         r"""
         Args:

@@ -20,7 +20,8 @@ import difflib
 import math
 import os
 import re
-from collections.abc import Iterator, Sequence
+import dataclasses
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import TypedDict
 
@@ -39,6 +40,7 @@ from .longform_higgs_v3 import SpeechResult, synthesize_dialogue, synthesize_lon
 
 # transformers 5.5 copies only the *direct* relative imports of the entry module when it loads remote code from a local
 # folder (5.24 and the Hub path follow them recursively), so the rest of this module's closure is imported here too.
+from .compat_higgs_v3 import CACHE_KWARG  # noqa: F401
 from .generation_higgs_v3 import MAX_POSITIONS  # noqa: F401
 from .sampling_higgs_v3 import check_seed  # noqa: F401
 from .streaming_higgs_v3 import HiggsAudioV3RowTracker  # noqa: F401
@@ -79,6 +81,13 @@ TTS_CHAT_TEMPLATE: str = (
     "{%- endfor -%}\n"
 )
 """The chat template of a converted repo (`chat_template.jinja`): `<|ref_audio|>` stands for the reference rows."""
+
+def is_original_chat_template(chat_template: str | None) -> bool:
+    """Whether `chat_template` is the original repo's: its `chat_template.jinja` is Qwen's stock ChatML (spec §1: turns
+    `<|im_start|>ROLE ... <|im_end|>`, never a TTS prompt), which conversions made before the TTS template kept as the
+    repo's template. The processor replaces that one alone: any other template, a user's own included, is kept."""
+    return isinstance(chat_template, str) and "<|im_start|>" in chat_template and "<|tts|>" not in chat_template
+
 
 CHAT_LAYOUT = (
     'A TTS conversation is [{"role": "user", "content": [{"type": "audio", "audio": voice}, {"type": "text", "text": '
@@ -136,9 +145,9 @@ class HiggsAudioV3Processor(ProcessorMixin):
 
     def __init__(self, tokenizer, chat_template: str | None = None, audio_spec: dict | None = None,
                  encoded_length_kwargs: dict | None = None):
-        if chat_template is not None and "<|tts|>" not in chat_template:  # the original's ChatML (older conversions)
-            logger.warning_once("The chat template given to HiggsAudioV3Processor does not render Higgs Audio v3 TTS "
-                                "prompts (no <|tts|>; the original repo's ChatML?); TTS_CHAT_TEMPLATE is used.")
+        if is_original_chat_template(chat_template):  # *** Higgs v3 specific: older conversions kept it ***
+            logger.warning_once("The chat template given to HiggsAudioV3Processor is the original repo's ChatML, which "
+                                "renders chat turns, not Higgs Audio v3 TTS prompts; TTS_CHAT_TEMPLATE is used.")
             chat_template = None
         super().__init__(tokenizer, chat_template=chat_template or TTS_CHAT_TEMPLATE)
         # Prompts are left padded; saying so on the tokenizer also makes `pipeline(..., batch_size=n)` pad correctly.
@@ -499,25 +508,33 @@ class HiggsAudioV3Processor(ProcessorMixin):
         `tokenize=True` exactly `processor(text, reference=..., reference_text=...)` (the `BatchEncoding` with
         `return_dict=True`, else `input_ids`). A conversation (`CHAT_LAYOUT`) is an optional reference turn, whose audio
         item's `"path"`, `"url"` or `"audio"` (with `"sampling_rate"` for samples) is any `reference` and whose text is
-        its transcript (a voice's own is shown when there is none), then the text to speak. Rendering reads no audio but
-        checks everything. `processor_kwargs` go to `__call__`; `add_generation_prompt` changes nothing.
+        its transcript (a voice's own is shown when there is none), then the text to speak. Messages may be dicts or, as
+        transformers 5.24 takes them, message objects (dataclasses, pydantic models such as the OpenAI SDK's, a
+        conversation object with `.messages`). Rendering reads no audio but checks everything. `processor_kwargs` go to
+        `__call__` (as do the options of `__call__` given directly, as `ProcessorMixin` moves them); every other keyword
+        (`add_generation_prompt`, `tools`, a custom template's variables) goes to the template, as in `ProcessorMixin`.
         """
         # *** Higgs v3 specific: the references never reach the stock method. Its tokenize=True path loads every audio
         # item with transformers.audio_utils.load_audio (soxr / torchcodec resampling, not torchaudio's algorithm, so a
         # clip would get other codes than model.encode_reference gives it; no voices or voice files; no URL bounds).
         # The audio items are taken out here (the layout checked, voices loaded, clips unread), the stock method renders
         # the rest with the template, and `__call__` tokenizes the rendered prompts with the references. ***
-        if unknown := sorted(set(kwargs) - {"add_generation_prompt"} | set(processor_kwargs or {}) - _OPTIONS):
-            raise ValueError(f"apply_chat_template of a TTS processor does not take {unknown}; it takes conversation, "
-                             "chat_template, tokenize, return_dict, return_tensors and processor_kwargs (the options "
-                             "return_tensors, sampling_rate and padding_side).")
-        batched, conversations, references = _chat_references(conversation, self.audio_spec.sampling_rate)
+        processor_kwargs = {**{k: kwargs.pop(k) for k in list(kwargs) if k in _OPTIONS}, **(processor_kwargs or {})}
+        if unknown := sorted(set(processor_kwargs) - _OPTIONS):
+            raise ValueError(f"apply_chat_template of a TTS processor does not take the processor options {unknown}; "
+                             f"processor_kwargs takes {sorted(_OPTIONS)}.")
+        if stock_only := sorted(k for k in _STOCK_TOKENIZE_OPTIONS if kwargs.get(k)):
+            raise ValueError(f"apply_chat_template of a TTS processor does not take {stock_only}: they need "
+                             "transformers' own tokenization of chat turns, and a TTS prompt is tokenized by the "
+                             "processor (its text, its reference rows).")
+        batched, conversations, references = _chat_references(_message_dicts(conversation),
+                                                              self.audio_spec.sampling_rate)
         conversations, references = (conversations, references) if batched else (conversations[0], references[0])
         prompt = super().apply_chat_template(conversations, chat_template=chat_template, **kwargs)
         if not tokenize:
             self._requests(prompt, references, read=False)  # every check, no audio read
             return prompt
-        inputs = self(prompt, reference=references, **{"return_tensors": return_tensors, **(processor_kwargs or {})})
+        inputs = self(prompt, reference=references, **{"return_tensors": return_tensors, **processor_kwargs})
         return inputs if return_dict else inputs["input_ids"]
         # *** end Higgs v3 specific ***
 
@@ -546,13 +563,26 @@ class HiggsAudioV3Processor(ProcessorMixin):
         return HiggsAudioV3Voice.load(path)
 
     def batch_decode(self, *args, **kwargs):
-        """Not the processor's job (`ProcessorMixin` would decode codes as text): a `ValueError` saying so."""
-        raise ValueError(
-            "HiggsAudioV3Processor builds prompts and does not decode: generate(..., return_dict_in_generate=True) "
-            "returns the waveforms in `.audio`, and model.decode_audio(out.sequences, out.lengths) decodes rows."
-        )
+        """Text ids -> strings with the tokenizer, as `ProcessorMixin` (audio rows refused: `_refuse_audio_rows`)."""
+        _refuse_audio_rows(args[0] if args else kwargs.get("sequences"), text_dims=2)
+        return super().batch_decode(*args, **kwargs)
 
-    decode = batch_decode
+    def decode(self, *args, **kwargs):
+        """Text ids -> a string with the tokenizer, as `ProcessorMixin` (audio rows refused: `_refuse_audio_rows`)."""
+        _refuse_audio_rows(args[0] if args else kwargs.get("token_ids"), text_dims=1)
+        return super().decode(*args, **kwargs)
+
+
+def _refuse_audio_rows(ids, text_dims: int) -> None:
+    """Ids of more than `text_dims` dimensions are `generate`'s audio rows (`[batch, rows, num_codebooks]`, or one
+    sequence's `[rows, num_codebooks]`), codes the tokenizer would turn into arbitrary text: a `ValueError` saying how
+    audio is decoded."""
+    if getattr(ids, "ndim", 0) > text_dims:
+        raise ValueError(
+            f"decode / batch_decode take text token ids; got a {tuple(ids.shape)} array, generated audio rows "
+            "([batch,] rows, num_codebooks). generate(..., return_dict_in_generate=True) returns the waveforms in "
+            "`.audio`, and model.decode_audio(out.sequences, out.lengths) decodes rows."
+        )
 
 
 def _rendered(index: int, text, reference, codes, transcript) -> tuple:
@@ -567,6 +597,37 @@ def _rendered(index: int, text, reference, codes, transcript) -> tuple:
                          "give a reference exactly when it holds <|ref_audio|>, and its transcript in <|ref_text|> or "
                          "in reference_text, not both (processor.apply_chat_template does this from a conversation).")
     return match.group(3), transcript if match.group(1) is None else match.group(1)
+
+
+_STOCK_TOKENIZE_OPTIONS = ("return_assistant_tokens_mask", "sanitize_control_tokens", "load_audio_from_video")
+"""`ProcessorMixin.apply_chat_template` options that act in its own tokenization, which a TTS prompt does not use."""
+
+
+def _message_dicts(conversation):
+    """A conversation (or a batch) with message objects as transformers 5.24's `apply_chat_template` takes them (a
+    conversation object's `.messages`, dataclass or pydantic messages and content items) as plain dicts, the keys
+    whose value is None dropped from messages (as transformers does); the values inside a content item (a voice, a
+    waveform) stay as they are. Anything else is returned unchanged, for the layout check to name."""
+
+    def plain(value):
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            return {field.name: getattr(value, field.name) for field in dataclasses.fields(value)}
+        return value.model_dump() if callable(getattr(value, "model_dump", None)) else value
+
+    def message_dict(message):
+        message = {key: value for key, value in message.items() if value is not None}
+        content = message.get("content")
+        return {**message, "content": [plain(item) for item in content]} if isinstance(content, (list, tuple)) else (
+            message)
+
+    def messages(one):
+        one = getattr(one, "messages", one)
+        return [message_dict(m) if isinstance(m, Mapping) else m for m in map(plain, one)] if isinstance(
+            one, (list, tuple)) else one
+
+    batched = isinstance(conversation, (list, tuple)) and bool(conversation) and (
+        isinstance(conversation[0], (list, tuple)) or hasattr(conversation[0], "messages"))
+    return [messages(one) for one in conversation] if batched else messages(conversation)
 
 
 def _chat_references(conversation, sampling_rate: int) -> tuple[bool, list, list]:
@@ -647,4 +708,5 @@ __all__ = [
     "TTS_CHAT_TEMPLATE",
     "HiggsAudioV3Processor",
     "HiggsAudioV3ProcessorKwargs",
+    "is_original_chat_template",
 ]

@@ -162,11 +162,13 @@ def _sample_by_spec(logits: torch.Tensor, seed: int, step: int, temperature, top
     return row
 
 
-def reference_generate(model, prompt, reference_rows=None, max_new_tokens=30, eoc_bias_steps=(), sample=None):
+def reference_generate(model, prompt, reference_rows=None, max_new_tokens=30, eoc_bias_steps=(), sample=None,
+                       min_new_tokens=0):
     """One sequence, no cache, a full recompute every step; the state machine exactly as the spec words it.
 
     `prompt`: 1-D ids (placeholders = the config's placeholder id); `reference_rows`: `[n, C]` delayed rows, one per
     placeholder. `eoc_bias_steps`: steps at which codebook 0's EOC logit is raised by 1e4 (to force termination).
+    `min_new_tokens`: no end of speech before that row: codebook 0 may not emit EOC at a step below it.
     `sample`: `(seed, temperature, top_k, top_p)` to sample in the spec's order; None is greedy (argmax of the raw
     logits). Returns `(rows [n_rows, C], done)`.
     """
@@ -190,6 +192,8 @@ def reference_generate(model, prompt, reference_rows=None, max_new_tokens=30, eo
             logits = (hidden @ w_audio.T).float().view(books, size)  # codebook-major
             if step in eoc_bias_steps:
                 logits[0, eoc] += 1e4
+            if step < min_new_tokens:
+                logits[0, eoc] = -float("inf")
             if sample is None:
                 row = [int(logits[c].argmax()) for c in range(books)]
             else:

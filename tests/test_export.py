@@ -314,3 +314,55 @@ def test_refusals(original, converted, tmp_path):
     code, _, errors = _run_main(["--input", str(original), "--output", str(kept), "--original", str(original)])
     assert (code, errors) == (2, f"{prefix}--original only applies to --to-original.\n")
     assert [p.name for p in kept.iterdir()] == ["keep.txt"]
+
+
+# ------------------------------------------------------------------ transformers' exporters (torch.export programs)
+@pytest.mark.integration
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_dynamo_export_for_generation_equals_eager(dynamic):
+    """transformers' own exporter (`DynamoExporter.export_for_generation`, 5.24: `decompose_prefill_decode` runs
+    `generate` with `min_new_tokens`, captures the prefill and decode forwards, `torch.export` traces each) against a
+    static cache: the exported prefill's logits equal eager's bit for bit, its returned cache is eager's, and the
+    exported decode run on that cache gives eager's logits. With `dynamic=True` the prefill also takes a prompt of
+    another length and another number of reference rows (a static export is traced for one prompt length; a prefill
+    traced with reference rows takes prompts with reference rows). About 2-4 s each."""
+    import copy
+
+    from transformers import GenerationConfig
+
+    exporters = pytest.importorskip("transformers.exporters")  # 5.24; transformers 5.5 has no exporters
+    from transformers.exporters.utils import decompose_prefill_decode
+
+    from conftest import tiny_model
+    from oracles import clone_prompt, left_pad, plain_prompt
+
+    model = tiny_model()
+    torch.manual_seed(3)
+    ids, mask = left_pad([clone_prompt(8), plain_prompt()])
+    inputs = {"input_ids": ids, "attention_mask": mask, "audio_input_ids": torch.randint(0, 1024, (8, 8))}
+    static = GenerationConfig(cache_implementation="static", max_cache_len=48, do_sample=False)
+    exported = exporters.DynamoExporter().export_for_generation(
+        model, inputs, exporters.DynamoConfig(dynamic=dynamic), generation_config=static)
+    assert set(exported.components) == {"prefill", "decode"}
+
+    def run(stage, stage_inputs):  # the exported program, and eager on a copy of the same inputs
+        runner = exported.runners[stage]
+        program = runner(**{k: v for k, v in copy.deepcopy(stage_inputs).items() if k in runner.metadata.kwargs})
+        with torch.no_grad():
+            return program, model(**copy.deepcopy(stage_inputs))
+
+    stages = decompose_prefill_decode(model, inputs, generation_config=static)
+    prefill, eager_prefill = run("prefill", stages["prefill"][1])
+    assert prefill.logits.shape == (2 * 8, ids.shape[1], 1026) and torch.equal(prefill.logits, eager_prefill.logits)
+    assert all(torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+               for a, b in zip(prefill.cache.layers, eager_prefill.cache.layers))
+    decode, eager_decode = run("decode", {**stages["decode"][1], "cache": prefill.cache})
+    assert decode.logits.shape == (2 * 8, 1, 1026) and torch.equal(decode.logits, eager_decode.logits)
+    if dynamic:
+        other_ids, other_mask = left_pad([clone_prompt(5), plain_prompt((5, 6, 7, 8))])  # traced with rows: rows
+        other = decompose_prefill_decode(model, {"input_ids": other_ids, "attention_mask": other_mask,
+                                                 "audio_input_ids": torch.randint(0, 1024, (5, 8))},
+                                         generation_config=static)
+        prefill, eager_prefill = run("prefill", other["prefill"][1])
+        assert prefill.logits.shape[1] == other_ids.shape[1] != ids.shape[1]
+        assert torch.equal(prefill.logits, eager_prefill.logits)

@@ -309,7 +309,54 @@ def test_counter_uniform_is_uniform_and_key_dependent():
     assert v[0] != v[1]  # the high 32 bits of a seed count
 
 
+def test_min_new_tokens_bans_the_end_of_speech_before_its_row(model):
+    """As transformers' `MinNewTokensLengthLogitsProcessor` bans EOS: codebook 0's EOC (the end of speech) is banned at
+    steps below `min_new_tokens`, whatever a user's processor or the sampler would pick, checked against the reference
+    loop. Forced at steps 9 and 14: with min_new_tokens=12 speech ends at row 14 (21 rows), with 9 at row 9 (16)."""
+    prompt = plain_prompt()
+    steps = (9, 14)
+    for least, end in ((12, 14), (9, 9)):
+        expected, done = reference_generate(model, prompt, max_new_tokens=40, eoc_bias_steps=steps,
+                                            min_new_tokens=least)
+        assert done and len(expected) == end + C - 1
+        out = model.generate(input_ids=prompt[None], do_sample=False, max_new_tokens=40, min_new_tokens=least,
+                             return_dict_in_generate=True, logits_processor=[BiasEOC(len(prompt), steps)])
+        assert out.finished.tolist() == [True] and out.lengths.tolist() == [end + C - 1]
+        assert torch.equal(out.sequences[0, : end + C - 1], expected)
+    sample = (5, 0.9, 40, 0.8)
+    expected, _ = reference_generate(model, prompt, max_new_tokens=22, eoc_bias_steps=steps, min_new_tokens=12,
+                                     sample=sample)
+    rows = model.generate(input_ids=prompt[None], seed=5, temperature=0.9, top_k=40, top_p=0.8, max_new_tokens=22,
+                          min_new_tokens=12, logits_processor=[BiasEOC(len(prompt), steps)])
+    assert torch.equal(rows[0], expected) and (rows[0, :14, 0] != EOC).all()
+    with pytest.raises(ValueError, match=re.escape("min_new_tokens must be a number of audio rows >= 0 (no end of "
+                                                   "speech before that row) or None, got -1.")):
+        model.generate(input_ids=prompt[None], max_new_tokens=4, min_new_tokens=-1)
+
+
 # ---------------------------------------------------------------------------------------------- caches, streamer
+def test_generate_with_static_cache(model):
+    """As transformers' `test_generate_with_static_cache`: a static cache gives the rows of a dynamic one, and the
+    `return_dict_in_generate=True` output carries the cache under transformers' name (`cache`; `past_key_values` on
+    5.5): one row per sequence, the prompt and every row fed but the last."""
+    from transformers import DynamicCache, StaticCache
+
+    from higgs_v3.compat_higgs_v3 import CACHE_KWARG
+
+    ids, mask = left_pad([plain_prompt(), plain_prompt((5,))])
+    outputs = {kind: model.generate(input_ids=ids, attention_mask=mask, do_sample=False, max_new_tokens=6,
+                                    return_dict_in_generate=True, cache_implementation=kind)
+               for kind in ("dynamic", "static")}
+    assert torch.equal(outputs["dynamic"].sequences, outputs["static"].sequences)
+    config = model.config
+    for kind, cache_class in (("dynamic", DynamicCache), ("static", StaticCache)):
+        cache = outputs[kind][CACHE_KWARG]
+        assert isinstance(cache, cache_class) and cache is outputs[kind].to_tuple()[-1]
+        assert int(cache.get_seq_length()) == ids.shape[1] + 6 - 1
+        assert [tuple(layer.keys.shape) for layer in cache.layers] == [
+            (2, config.num_key_value_heads, ids.shape[1] + 6 - 1, config.head_dim)] * config.num_hidden_layers
+
+
 @pytest.mark.parametrize("variant", [dict(use_cache=False), dict(cache_implementation="static")])
 def test_cache_variants_equal_dynamic_cache(model, variant):
     torch.manual_seed(3)

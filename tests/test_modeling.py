@@ -369,3 +369,51 @@ def test_the_codec_stays_float32_when_the_model_is_cast(tmp_path):
     asked = load_model(tmp_path / "bf16", "cpu", "bfloat16")
     assert asked.audio_embed.weight.dtype == torch.bfloat16
     assert {p.dtype for p in asked.codec.parameters()} == {torch.float32}
+
+
+# ------------------------------------------------------------------------------- transformers' common tests, mirrored
+def test_keep_in_fp32_modules_exist(model):
+    """As transformers' `test_keep_in_fp32_modules_exist`: every name in the fp32 lists matches a state-dict module.
+    The codec is in the strict list only (fp32 in fp16 and bf16 loads alike), and a model without a codec lists
+    nothing."""
+    from higgs_v3.testing import tiny
+
+    with_codec = tiny_model(codec_config=tiny.tiny_codec_config())
+    assert (with_codec._keep_in_fp32_modules, with_codec._keep_in_fp32_modules_strict) == (set(), {"codec"})
+    names = list(with_codec.state_dict())
+    assert all(any(re.search(rf"(?:^|\.){module}(?:\.|$)", name) for name in names)
+               for module in with_codec._keep_in_fp32_modules_strict)
+    assert model.codec is None and (model._keep_in_fp32_modules, model._keep_in_fp32_modules_strict) == (set(), set())
+
+
+def test_keep_in_fp32_modules(tmp_path):
+    """As transformers' `test_keep_in_fp32_modules`: saved, then loaded in fp16 (which upcasts both lists) and in bf16
+    (the strict list only): the codec's parameters are float32 in both, every other parameter is in the dtype asked."""
+    from higgs_v3.testing import tiny
+
+    tiny_model(codec_config=tiny.tiny_codec_config()).save_pretrained(tmp_path)
+    for dtype in (torch.float16, torch.bfloat16):
+        loaded = HiggsAudioV3ForConditionalGeneration.from_pretrained(tmp_path, dtype=dtype)
+        dtypes = {name: param.dtype for name, param in loaded.named_parameters()}
+        assert {d for name, d in dtypes.items() if name.startswith("codec.")} == {torch.float32}
+        assert {d for name, d in dtypes.items() if not name.startswith("codec.")} == {dtype}
+
+
+def test_eager_matches_sdpa_inference_with_output_attentions(model):
+    """As transformers' `test_eager_matches_sdpa_inference` with `output_attentions=True`, which runs only for models
+    whose `forward(**kwargs: Unpack[TransformersKwargs])` says they can return attentions (its `_can_output_attn`):
+    eager returns one `[batch, heads, L, L]` map per layer whose rows sum to 1, and sdpa the same logits."""
+    kwargs = inspect.signature(model.forward).parameters["kwargs"]
+    assert "output_attentions" in kwargs.annotation.__args__[0].__annotations__  # transformers' `_can_output_attn`
+    ids = torch.tensor([[151643, 151643, 151667, 151672, 9707, 11, 1879, 151670], [151667, 151672, 9707, 11, 1879, 11,
+                                                                                  1879, 151670]])
+    mask = (ids != 151643).long()
+    eager = model(input_ids=ids, attention_mask=mask, output_attentions=True)
+    sdpa_model = tiny_model(attn_implementation="sdpa")
+    sdpa = sdpa_model(input_ids=ids, attention_mask=mask, output_attentions=True)
+    config = model.config
+    assert len(eager.attentions) == config.num_hidden_layers
+    assert all(a.shape == (2, config.num_attention_heads, 8, 8) for a in eager.attentions)
+    torch.testing.assert_close(eager.attentions[0].sum(-1)[0, :, 2:], torch.ones(config.num_attention_heads, 6))
+    assert (eager.attentions[0][0, :, :, :2][:, 2:] == 0).all()  # the left padding gets no weight
+    torch.testing.assert_close(sdpa.logits[:, 2:], eager.logits[:, 2:], rtol=1e-4, atol=1e-4)

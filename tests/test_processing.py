@@ -434,15 +434,20 @@ def test_voice_from_a_second_import_gives_the_same_prompt(processor, second_audi
 
 
 # ---------------------------------------------------------------------------------------- decode, save audio
-def test_batch_decode_and_decode_point_to_the_model(processor):
-    message = (
-        "HiggsAudioV3Processor builds prompts and does not decode: generate(..., return_dict_in_generate=True) "
-        "returns the waveforms in `.audio`, and model.decode_audio(out.sequences, out.lengths) decodes rows."
-    )
+def test_tokenizer_decode_defaults(processor, tokenizer):
+    """As transformers' `test_tokenizer_decode_defaults`: `decode` / `batch_decode` decode text ids with the tokenizer,
+    as `ProcessorMixin` does (here the prompts' ids); generated audio rows are refused, saying how audio is decoded."""
+    ids = processor(["Hello there.", "Hi."])["input_ids"]
+    assert processor.batch_decode(ids) == tokenizer.batch_decode(ids)
+    assert processor.batch_decode(ids, skip_special_tokens=True) == ["Hello there.", "Hi."]
+    assert processor.decode(ids[1]) == tokenizer.decode(ids[1]) == "<|endoftext|>" * 2 + "<|tts|><|text|>Hi.<|audio|>"
+    message = ("decode / batch_decode take text token ids; got a {} array, generated audio rows ([batch,] rows, "
+               "num_codebooks). generate(..., return_dict_in_generate=True) returns the waveforms in `.audio`, and "
+               "model.decode_audio(out.sequences, out.lengths) decodes rows.")
     rows = torch.zeros(1, 9, C, dtype=torch.long)
-    with pytest.raises(ValueError, match=re.escape(message)):
+    with pytest.raises(ValueError, match=re.escape(message.format((1, 9, C)))):
         processor.batch_decode(rows)
-    with pytest.raises(ValueError, match=re.escape(message)):
+    with pytest.raises(ValueError, match=re.escape(message.format((9, C)))):
         processor.decode(rows[0], skip_special_tokens=True)
 
 
@@ -626,8 +631,79 @@ def test_chat_template_refusals(processor, tmp_path):
             assert str(error.value).startswith(message), (message, str(error.value))
         if "TTS conversation" in message or "at most two" in message:
             assert layout in str(error.value)
-    with pytest.raises(ValueError, match=r"does not take \['tools'\]; it takes conversation, chat_template"):
-        processor.apply_chat_template([_turn(_text("Hi."))], tools=[])
+    with pytest.raises(ValueError, match=re.escape("does not take ['return_assistant_tokens_mask']: they need "
+                                                   "transformers' own tokenization of chat turns")):
+        processor.apply_chat_template([_turn(_text("Hi."))], tokenize=True, return_assistant_tokens_mask=True)
+    with pytest.raises(ValueError, match=re.escape("does not take the processor options ['padding']")):
+        processor.apply_chat_template([_turn(_text("Hi."))], tokenize=True, processor_kwargs={"padding": True})
+
+
+def test_chat_template_jinja_kwargs(processor):
+    """As transformers' `test_chat_template_jinja_kwargs`: keywords other than the processor's options are template
+    variables, as in `ProcessorMixin` (`tools` too, which the TTS template ignores); the processor's options given
+    directly reach `__call__`."""
+    template = "{{ greeting }}" + processing_higgs_v3.TTS_CHAT_TEMPLATE
+    conversation = [_turn(_text("Hi."))]
+    assert processor.apply_chat_template(conversation, chat_template=template, greeting="") == (
+        "<|tts|><|text|>Hi.<|audio|>")
+    with pytest.raises(ValueError, match=re.escape("'<|tts|>' in the text is a structural prompt token")):  # checked
+        processor.apply_chat_template(conversation, chat_template=template, greeting="Hello ", tokenize=True)
+    assert processor.apply_chat_template(conversation, tools=[], add_generation_prompt=True) == (
+        "<|tts|><|text|>Hi.<|audio|>")
+    direct = processor.apply_chat_template(conversation, tokenize=True, return_dict=True, return_tensors="np",
+                                           normalize="en")
+    assert isinstance(direct["input_ids"], np.ndarray)
+
+
+def test_apply_chat_template_takes_message_objects(processor):
+    """Message objects as transformers 5.24 takes them (dataclasses, pydantic-style `model_dump`, a conversation
+    object with `.messages`; None-valued keys dropped) render and tokenize as the same conversation of dicts."""
+    import dataclasses
+
+    voice = HiggsAudioV3Voice(codes=random_codes(3, seed=4), text="The clip.")
+
+    @dataclasses.dataclass
+    class Message:
+        role: str
+        content: list
+        name: str | None = None
+
+    class Dumped:  # a pydantic model's interface
+        def __init__(self, **fields):
+            self.fields = fields
+
+        def model_dump(self):
+            return dict(self.fields)
+
+    class Conversation:
+        def __init__(self, messages):
+            self.messages = messages
+
+    dicts = [_turn({"type": "audio", "audio": voice}), _turn(_text("Hi."))]
+    objects = [Message("user", [{"type": "audio", "audio": voice}]), Dumped(role="user", content=[_text("Hi.")],
+                                                                            tool_calls=None)]
+    expected = processor.apply_chat_template(dicts, tokenize=True, return_dict=True)
+    for conversation in (objects, Conversation(objects)):
+        assert processor.apply_chat_template(conversation) == processor.apply_chat_template(dicts)
+        got = processor.apply_chat_template(conversation, tokenize=True, return_dict=True)
+        assert all(torch.equal(got[key], expected[key]) for key in expected)
+    batch = processor.apply_chat_template([Conversation(objects), dicts])
+    assert batch == [processor.apply_chat_template(dicts)] * 2
+
+
+def test_chat_template_save_loading(tokenizer, tmp_path):
+    """As transformers' `test_chat_template_save_loading`: a user's template is saved and loaded as it is; only the
+    original repo's ChatML is replaced (`is_original_chat_template`)."""
+    from higgs_v3.testing.tiny import CHAT_TEMPLATE as CHATML
+
+    processor = HiggsAudioV3Processor(tokenizer)
+    processor.chat_template = "test template"
+    processor.save_pretrained(tmp_path / "repo")
+    assert HiggsAudioV3Processor.from_pretrained(tmp_path / "repo").chat_template == "test template"
+    assert HiggsAudioV3Processor(tokenizer, chat_template="{{ messages }}").chat_template == "{{ messages }}"
+    assert processing_higgs_v3.is_original_chat_template(CHATML)
+    assert not any(map(processing_higgs_v3.is_original_chat_template, (
+        "test template", None, processing_higgs_v3.TTS_CHAT_TEMPLATE, "<|im_start|>" + processing_higgs_v3.TTS_CHAT_TEMPLATE)))
 
 
 def test_chat_template_saved_loaded_and_chatml_replaced(tokenizer, tmp_path, caplog):
@@ -635,14 +711,12 @@ def test_chat_template_saved_loaded_and_chatml_replaced(tokenizer, tmp_path, cap
     assert processor.chat_template == processing_higgs_v3.TTS_CHAT_TEMPLATE
     processor.save_pretrained(tmp_path / "repo")
     assert (tmp_path / "repo" / "chat_template.jinja").read_text() == processing_higgs_v3.TTS_CHAT_TEMPLATE
-    loaded = HiggsAudioV3Processor.from_pretrained(tmp_path / "repo")
-    assert loaded.apply_chat_template([_turn(_text("Hi."))]) == "<|tts|><|text|>Hi.<|audio|>"
     from higgs_v3.testing.tiny import CHAT_TEMPLATE as CHATML
 
     with caplog.at_level("WARNING"):
         replaced = HiggsAudioV3Processor(tokenizer, chat_template=CHATML)
     assert replaced.chat_template == processing_higgs_v3.TTS_CHAT_TEMPLATE
-    assert "does not render Higgs Audio v3 TTS prompts" in caplog.text
+    assert "is the original repo's ChatML, which renders chat turns" in caplog.text
 
 
 def test_rendered_prompts_are_taken_as_the_template_renders_them(processor):
@@ -687,5 +761,6 @@ def test_call_options_are_merged_by_transformers(processor):
                                              processor_kwargs={"return_tensors": None})
     assert isinstance(as_lists["input_ids"], list)
     assert isinstance(processor.apply_chat_template(conversation, tokenize=True, return_tensors="np"), np.ndarray)
-    with pytest.raises(ValueError, match=re.escape("apply_chat_template of a TTS processor does not take ['refer")):
+    with pytest.raises(ValueError, match=re.escape(
+            "apply_chat_template of a TTS processor does not take the processor options ['reference']")):
         processor.apply_chat_template(conversation, tokenize=True, processor_kwargs={"reference": "x.wav"})
