@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers import StoppingCriteria
 
+from ..compat_higgs_v3 import CACHE_KWARG
 from ..longform_higgs_v3 import DEFAULT_SECONDS_PER_CHAR, ChunkResult, _better_take, judge_take
 from ..sampling_higgs_v3 import retry_seed
 from ..streaming_higgs_v3 import HiggsAudioV3AudioStreamer
@@ -285,6 +286,7 @@ class SpeechWorker:
             output = self.model.generate(**inputs.to(self.model.device), seed=[chunk.take_seed for chunk in batch],
                                          return_dict_in_generate=True, output_audio=False, streamer=streamer,
                                          stopping_criteria=[_Abort(self._abort)], **dict(batch[0].options))
+            output[CACHE_KWARG] = None  # the KV cache is not needed to decode the audio: freed first
             frames, finished = output.audio_code_lengths.tolist(), output.finished.tolist()
             self.batches, self.largest_batch = self.batches + 1, max(self.largest_batch, len(batch))
             takes = []

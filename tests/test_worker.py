@@ -45,13 +45,19 @@ class FakeModel:
         while self.block and not all(bool(criterion(flat).all()) for criterion in stopping_criteria):
             threading.Event().wait(0.001)  # the cut comes from another thread: poll the criterion as generate would
         frames = torch.tensor([8 if text == "bad" else 3 for text in texts])
-        return SimpleNamespace(
+        return Output(
             audio_code_lengths=frames, finished=torch.tensor([text != "bad" for text in texts]),
             sequences=torch.zeros(len(texts), 8, CODEBOOKS, dtype=torch.long), lengths=frames,
             audio_codes=torch.zeros(len(texts), 8, CODEBOOKS, dtype=torch.long))
 
     def decode_audio(self, sequences, lengths):
         return torch.zeros(1, int(lengths[0]) * SAMPLES_PER_FRAME)
+
+
+class Output(dict):
+    """A `ModelOutput`'s item and attribute access."""
+
+    __getattr__ = dict.__getitem__
 
 
 class FakeInputs(dict):
