@@ -20,7 +20,7 @@ that seed): a bad take of a whole response is redone as the library redoes it (`
 worker queues the redo again). A streamed response is one take: its audio is sent as it is generated.
 
 `speed`: only 1.0 (the model has no rate control and time-stretching would change the voice); another value is refused.
-`instructions`: inline control tags only (`<|emotion:happy|>`, see `higgs-v3 tags`), put in front of every chunk; free
+`instructions`: inline control tags only (`<|emotion:elation|>`, see `higgs-v3 tags`), put in front of every chunk; free
 text is refused (the model takes no prompt of that kind).
 """
 
@@ -167,7 +167,7 @@ def _instructions(body: SpeechRequest, processor) -> str:
         return ""
     tags = TAG_PATTERN.findall(body.instructions)
     if TAG_PATTERN.sub("", body.instructions).strip():
-        raise APIError(400, "instructions holds inline control tags only here (e.g. '<|emotion:happy|>'; "
+        raise APIError(400, "instructions holds inline control tags only here (e.g. '<|emotion:elation|>'; "
                        "`higgs-v3 tags` lists them), put in front of every chunk; this model takes no free-text "
                        "instructions.", "instructions")
     try:
