@@ -58,7 +58,7 @@ def speech(**fields) -> dict:
     (speech(input="<|emotion:nope|>Hi."), 400, "input", "Unknown control tag '<|emotion:nope|>' in input"),
     (speech(input=3), 400, "input", "'input': Input should be a valid string"),
     (speech(model="tts-1"), 404, "model", "model 'tts-1' is not served here; this server serves 'tiny'."),
-    ({"input": "Hi."}, 400, "model", "'model' is required."),
+    ({"input": "Hi."}, 400, "model", "'model' is required; POST /v1/audio/speech takes a JSON object with the fields model, input, voice"),
     (speech(voice="nobody"), 400, "voice", "voice 'nobody' is not a saved voice; saved here: default"),
     (speech(voice="../../etc/passwd"), 400, "voice", "voice name '../../etc/passwd' is not accepted"),
     (speech(response_format="aac"), 400, "response_format",
@@ -92,15 +92,20 @@ def test_bad_requests_get_an_openai_error_naming_the_field(served, body, status,
 
 def test_every_route_wants_the_key(served):
     client, _, _ = served
-    for method, path in [("get", "/health"), ("get", "/v1/models"), ("get", "/v1/audio/voices"),
-                         ("post", "/v1/audio/speech"), ("delete", "/v1/audio/voices/x")]:
+    for method, path in [("get", "/health"), ("get", "/v1/models"), ("get", "/v1/models/tiny"),
+                         ("get", "/v1/audio/voices"), ("post", "/v1/audio/speech"), ("post", "/v1/audio/voices"),
+                         ("delete", "/v1/audio/voices/x"), ("get", "/nowhere")]:
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "secret"}):
             found = error(getattr(client, method)(path, headers=headers), 401)
             assert found["code"] == "invalid_api_key"
     assert client.get("/v1/models", headers=KEY).json()["data"][0]["id"] == "tiny"
     assert error(client.post("/v1/audio/speech", content=b"{", headers={**KEY, "Content-Type": "application/json"}),
-                 400)["message"] == "The request body is not valid JSON."
-    assert error(client.get("/nowhere", headers=KEY), 404)["message"] == "Not Found"
+                 400)["message"].startswith("The request body is not valid JSON; POST /v1/audio/speech takes a JSON "
+                                            "object with the fields model, input, voice, ")
+    assert error(client.get("/nowhere", headers=KEY), 404)["message"].startswith(
+        "No route GET /nowhere here; this server serves POST /v1/audio/speech, WS /v1/audio/speech/stream, ")
+    for path in ("/", "/page.js"):  # the page asks for the key itself
+        assert client.get(path).status_code == 200
 
 
 def test_oversize_body_is_413_before_it_is_read(served):
@@ -136,14 +141,16 @@ def test_voices_are_saved_listed_used_and_deleted(served):
     client, model, processor = served
     clip = io.BytesIO()
     soundfile.write(clip, np.sin(np.arange(24000) / 9).astype(np.float32) * 0.3, 24000, format="WAV")
-    upload = {"audio": ("me.wav", clip.getvalue(), "audio/wav")}
+    upload = {"audio_sample": ("me.wav", clip.getvalue(), "audio/wav")}
     for name, status, param in [("../up", 400, "name"), ("default", 400, "name")]:
         assert error(client.post("/v1/audio/voices", data={"name": name}, files=upload, headers=KEY),
                      status)["param"] == param
-    bad = {"audio": ("me.wav", b"not audio", "audio/wav")}
-    assert error(client.post("/v1/audio/voices", data={"name": "me"}, files=bad, headers=KEY), 400)["param"] == "audio"
+    bad = {"audio_sample": ("me.wav", b"not audio", "audio/wav")}
+    assert error(client.post("/v1/audio/voices", data={"name": "me"}, files=bad, headers=KEY),
+                 400)["param"] == "audio_sample"
     made = client.post("/v1/audio/voices", data={"name": "me", "transcript": "Hi."}, files=upload, headers=KEY)
     assert made.status_code == 201 and made.json()["name"] == "me" and made.json()["transcript"] == "Hi."
+    assert made.json()["object"] == "audio.voice" and made.json()["id"] == "me"
     again = client.post("/v1/audio/voices", data={"name": "me"}, files=upload, headers=KEY)
     assert error(again, 409)["param"] == "name"
     assert client.get("/v1/audio/voices", headers=KEY).json() == {"voices": ["default", "me"]}
@@ -155,8 +162,9 @@ def test_voices_are_saved_listed_used_and_deleted(served):
     expected = io.BytesIO()
     soundfile.write(expected, out.audio[0].numpy(), 24000, format="RAW", subtype="PCM_16", endian="LITTLE")
     assert spoken.content == expected.getvalue()
-    assert client.delete("/v1/audio/voices/me", headers=KEY).json()["deleted"] is True
-    assert error(client.delete("/v1/audio/voices/me", headers=KEY), 404)["param"] == "name"
+    assert client.delete("/v1/audio/voices/me", headers=KEY).json() == {"id": "me", "object": "audio.voice.deleted",
+                                                                         "deleted": True}
+    assert error(client.delete("/v1/audio/voices/me", headers=KEY), 404)["param"] == "voice_id"
 
 
 def test_a_full_queue_is_503_with_retry_after(served):
@@ -425,7 +433,7 @@ def test_two_uploads_of_one_name_at_once_are_201_then_409(served, monkeypatch):
 
     monkeypatch.setattr(service, "encode_voice", encode_voice)
     statuses = []
-    upload = {"audio": ("me.wav", b"clip", "audio/wav")}
+    upload = {"audio_sample": ("me.wav", b"clip", "audio/wav")}
     post = lambda: statuses.append(client.post("/v1/audio/voices", data={"name": "twin"}, files=upload,
                                                headers=KEY).status_code)
     threads = [threading.Thread(target=post) for _ in range(2)]
