@@ -505,7 +505,7 @@ async def _voice_upload(request: Request) -> dict:
     boundary = content_type.partition("boundary=")[2].split(";")[0].strip().strip('"')
     if not content_type.lower().startswith("multipart/form-data") or not boundary:
         raise APIError(400, f"{takes}; got {f'Content-Type {content_type!r}' if content_type else 'no Content-Type'}"
-                       " (a JSON body cannot carry the audio file).", None)
+                       " (only multipart carries the audio file).", None)
     body = await request.body()  # bounded by --max-body-bytes (the body-limit middleware)
     if not body.strip():
         raise APIError(400, f"The request body is empty; {takes}.", None)
