@@ -269,6 +269,9 @@ def _add_serve_parser(commands) -> None:
                        help="default audio limit per chunk (a request's max_seconds overrides it)")
     serve.add_argument("--allow-url-references", action="store_true",
                        help="let reference_audio be an http(s) URL that the server fetches (off: base64 only)")
+    serve.add_argument("--max-connections", type=_positive("--max-connections", int), default=128,
+                       help="open connections and requests at most (uvicorn's limit_concurrency; beyond it new "
+                            "requests get 503; default 128)")
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     serve.set_defaults(run=_cmd_serve, quiet_libraries=True)
 

@@ -10,6 +10,16 @@ import os
 import sys
 
 
+UVICORN_LIMITS = {
+    "http": "h11",  # the pure-Python HTTP/1.1 parser, whose limits below apply whatever else is installed
+    "h11_max_incomplete_event_size": 16 * 1024,  # request line and headers at most 16 KiB (a larger one: 400)
+    "timeout_keep_alive": 5,  # an idle kept-alive connection is closed after 5 s
+    "ws_max_size": 1024 * 1024,  # a WebSocket frame at most 1 MiB (text frames; --max-input-chars bounds the text)
+}
+"""What uvicorn bounds for slow or careless clients. It has no deadline for a request's headers (a client trickling
+them holds its connection; --max-connections bounds how many): docs/SERVING.md shows the reverse proxy that does."""
+
+
 def cmd_serve(args) -> int:
     try:
         import fastapi  # noqa: F401 - the app's; checked here for the one message
@@ -45,8 +55,9 @@ def cmd_serve(args) -> int:
     app = create_app(model, processor, settings)
     print(f"higgs-v3 serve: {settings.model_name} on http://{args.host}:{args.port} (voices in "
           f"{settings.voices_dir})", file=sys.stderr, flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=None)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=None,
+                **UVICORN_LIMITS, limit_concurrency=args.max_connections)
     return 0
 
 
-__all__ = ["cmd_serve"]
+__all__ = ["UVICORN_LIMITS", "cmd_serve"]
