@@ -516,6 +516,9 @@ async def _voice_upload(request: Request) -> dict:
     except Exception as error:  # noqa: BLE001 - starlette's MultiPartException and python-multipart's errors
         reason = getattr(error, "message", None) or " ".join(str(error).split()) or type(error).__name__
         raise APIError(400, f"The multipart body could not be read ({reason}); {takes}.", None) from None
+    if form.get("type", "audio_sample") != "audio_sample":  # first: a prompt's fields are not ours
+        raise APIError(400, f"type {form['type']!r} is not offered here: this server makes a voice from an audio "
+                       "sample only; accepted: 'audio_sample' (the default).", "type")
     fields = {}
     for key, value in form.multi_items():
         if key not in VOICE_FIELDS:
@@ -530,9 +533,6 @@ async def _voice_upload(request: Request) -> dict:
     for key in ("name", "audio_sample"):
         if key not in fields:
             raise APIError(400, f"{key!r} is required; {takes}.", key)
-    if fields.get("type", "audio_sample") != "audio_sample":
-        raise APIError(400, f"type {fields['type']!r} is not offered here: this server makes a voice from an audio "
-                       "sample only; accepted: 'audio_sample' (the default).", "type")
     return fields
 
 

@@ -215,41 +215,6 @@ def test_text_stream_speaks_sentence_one_before_sentence_ten_arrives(server, loc
     assert len(audio) == len(expected) and np.abs(audio.astype(int) - expected).max() <= 1
 
 
-def test_sigterm_drains_and_a_killed_server_restarts_with_its_voices(server, tiny_random_repo, voices_dir):
-    clip = io.BytesIO()
-    soundfile.write(clip, (np.sin(np.arange(36000) / 7) * 0.3).astype(np.float32), 24000, format="WAV")
-    made = httpx.post(f"{server.url}/v1/audio/voices", headers=HEADERS, data={"name": "ann", "transcript": "Hi."},
-                      files={"audio": ("ann.wav", clip.getvalue(), "audio/wav")}, timeout=60)
-    assert made.status_code == 201, made.text
-    body = {"model": "tiny", "input": "Spoken by Ann.", "voice": "ann", "response_format": "wav", "seed": 4}
-    before = httpx.post(f"{server.url}/v1/audio/speech", headers=HEADERS, json=body, timeout=60).content
-    assert server.kill(signal.SIGKILL) == -signal.SIGKILL
-    again = Server(tiny_random_repo, voices_dir)
-    try:
-        assert httpx.get(f"{again.url}/v1/audio/voices", headers=HEADERS).json() == {"voices": ["default", "ann"]}
-        result: dict = {}
-        thread = threading.Thread(target=lambda: result.setdefault("response", httpx.post(
-            f"{again.url}/v1/audio/speech", headers=HEADERS, json=body, timeout=60)))
-        thread.start()
-        time.sleep(0.3)  # the request is in flight
-        assert again.kill(signal.SIGTERM) == -signal.SIGTERM  # drained; uvicorn then re-raises the signal
-        thread.join(60)
-        assert result["response"].status_code == 200 and result["response"].content == before
-    finally:
-        if again.process.poll() is None:
-            again.kill()
-
-
-def test_bench_serve_runs_and_reports_its_ratios(tmp_path):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    import bench_serve
-
-    payload = bench_serve.main(["--requests", "2", "--seconds", "0.2", "--no-plot", "--out", str(tmp_path)])
-    assert set(payload["ratios"]) == {"concurrency 1", "concurrency 4", "concurrency 16", "first byte / whole response"}
-    assert all(value > 0 for value in payload["ratios"].values()) and payload["largest_batch"] >= 1
-    assert json.loads((tmp_path / "bench_serve.json").read_text())["ratios"] == payload["ratios"]
-
-
 # ------------------------------------------------------------------------------------------------ the page, a browser
 def _chromium():
     """Debian's chromium, headless, driven by Selenium through Debian's chromedriver (`.ci/install_browser.sh`)."""
@@ -385,3 +350,102 @@ def test_the_documented_nginx_configuration_cuts_off_trickling_clients(server, t
     finally:
         process.terminate()
         process.wait(10)
+
+
+@pytest.mark.filterwarnings("ignore:deprecated:DeprecationWarning")  # the client deprecates translations.create
+def test_every_audio_and_models_call_of_the_openai_client(server):
+    """Each call of the installed `openai` package that touches audio or models, against the server: what it serves
+    answers as OpenAI's objects; what it does not (speech-to-text, consent recordings, deleting a model, a voice from a
+    prompt) is a refusal that names what is served. A new call in a newer client fails this test until it is here."""
+    client = server.client()
+    clip = io.BytesIO()
+    soundfile.write(clip, (np.sin(np.arange(36000) / 7) * 0.3).astype(np.float32), 24000, format="WAV")
+    wav = ("oa.wav", clip.getvalue(), "audio/wav")
+    served = "here; this server serves POST /v1/audio/speech, WS /v1/audio/speech/stream, "
+    calls = {
+        "audio.speech.create": lambda: client.audio.speech.create(model="tiny", input="Hi.", voice="default",
+                                                                  response_format="wav", extra_body={"seed": 1}),
+        "audio.voices.create": lambda: client.audio.voices.create(name="oa", audio_sample=wav, consent="cons_123",
+                                                                  extra_body={"transcript": "Hi there."}),
+        "audio.voices.delete": lambda: client.audio.voices.delete("oa"),
+        "audio.transcriptions.create": lambda: client.audio.transcriptions.create(model="whisper-1", file=wav),
+        "audio.translations.create": lambda: client.audio.translations.create(model="whisper-1", file=wav),
+        "audio.voice_consents.create": lambda: client.audio.voice_consents.create(name="me", language="en",
+                                                                                  recording=wav),
+        "audio.voice_consents.retrieve": lambda: client.audio.voice_consents.retrieve("cons_123"),
+        "audio.voice_consents.update": lambda: client.audio.voice_consents.update("cons_123", name="me"),
+        "audio.voice_consents.list": lambda: client.audio.voice_consents.list(),
+        "audio.voice_consents.delete": lambda: client.audio.voice_consents.delete("cons_123"),
+        "models.list": lambda: client.models.list(),
+        "models.retrieve": lambda: client.models.retrieve("tiny"),
+        "models.delete": lambda: client.models.delete("tiny"),
+    }
+    offered = {f"{group}.{name}" for group, owner in [("models", client.models), *(
+        (f"audio.{part}", getattr(client.audio, part)) for part in dir(client.audio) if not part.startswith(("_",
+                                                                                                             "with_")))]
+               for name in dir(owner) if not name.startswith(("_", "with_"))}
+    assert offered == set(calls)
+    answers = {}
+    for name, call in calls.items():
+        try:
+            answers[name] = call()
+        except openai.APIStatusError as error:
+            answers[name] = error
+    assert decoded(answers["audio.speech.create"].content, "wav").size > 0
+    voice = answers["audio.voices.create"]
+    assert (voice.id, voice.name, voice.object, voice.type) == ("oa", "oa", "audio.voice", "audio_sample")
+    assert voice.model_extra["transcript"] == "Hi there." and voice.model_extra["consent"] == "cons_123"
+    deleted = answers["audio.voices.delete"]
+    assert (deleted.id, deleted.object, deleted.deleted) == ("oa", "audio.voice.deleted", True)
+    assert [model.id for model in answers["models.list"]] == ["tiny"]
+    assert (answers["models.retrieve"].id, answers["models.retrieve"].object) == ("tiny", "model")
+    for name in set(calls) - {"audio.speech.create", "audio.voices.create", "audio.voices.delete", "models.list",
+                              "models.retrieve"}:
+        refusal = answers[name]  # 404, or 405 for a path served with another method (DELETE /v1/models/tiny)
+        assert isinstance(refusal, openai.APIStatusError) and refusal.status_code in (404, 405), (name, refusal)
+        assert served in refusal.body["message"] and refusal.body["code"] == "unknown_route", (name, refusal.body)
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.models.retrieve("tts-1")
+    assert missing.value.body == {"message": "model 'tts-1' is not served here; this server serves 'tiny'.",
+                                  "type": "invalid_request_error", "param": "model", "code": "model_not_found"}
+    with pytest.raises(openai.BadRequestError) as prompt:
+        client.audio.voices.create(name="oa", prompt="A calm voice.", type="prompt")
+    assert prompt.value.body["param"] == "type", prompt.value.body
+    with pytest.raises(openai.NotFoundError) as gone:
+        client.audio.voices.delete("oa")
+    assert gone.value.body["param"] == "voice_id"
+
+
+def test_sigterm_drains_and_a_killed_server_restarts_with_its_voices(server, tiny_random_repo, voices_dir):
+    clip = io.BytesIO()
+    soundfile.write(clip, (np.sin(np.arange(36000) / 7) * 0.3).astype(np.float32), 24000, format="WAV")
+    made = httpx.post(f"{server.url}/v1/audio/voices", headers=HEADERS, data={"name": "ann", "transcript": "Hi."},
+                      files={"audio_sample": ("ann.wav", clip.getvalue(), "audio/wav")}, timeout=60)
+    assert made.status_code == 201, made.text
+    body = {"model": "tiny", "input": "Spoken by Ann.", "voice": "ann", "response_format": "wav", "seed": 4}
+    before = httpx.post(f"{server.url}/v1/audio/speech", headers=HEADERS, json=body, timeout=60).content
+    assert server.kill(signal.SIGKILL) == -signal.SIGKILL
+    again = Server(tiny_random_repo, voices_dir)
+    try:
+        assert httpx.get(f"{again.url}/v1/audio/voices", headers=HEADERS).json() == {"voices": ["default", "ann"]}
+        result: dict = {}
+        thread = threading.Thread(target=lambda: result.setdefault("response", httpx.post(
+            f"{again.url}/v1/audio/speech", headers=HEADERS, json=body, timeout=60)))
+        thread.start()
+        time.sleep(0.3)  # the request is in flight
+        assert again.kill(signal.SIGTERM) == -signal.SIGTERM  # drained; uvicorn then re-raises the signal
+        thread.join(60)
+        assert result["response"].status_code == 200 and result["response"].content == before
+    finally:
+        if again.process.poll() is None:
+            again.kill()
+
+
+def test_bench_serve_runs_and_reports_its_ratios(tmp_path):
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    import bench_serve
+
+    payload = bench_serve.main(["--requests", "2", "--seconds", "0.2", "--no-plot", "--out", str(tmp_path)])
+    assert set(payload["ratios"]) == {"concurrency 1", "concurrency 4", "concurrency 16", "first byte / whole response"}
+    assert all(value > 0 for value in payload["ratios"].values()) and payload["largest_batch"] >= 1
+    assert json.loads((tmp_path / "bench_serve.json").read_text())["ratios"] == payload["ratios"]
