@@ -7,9 +7,16 @@ POST /v1/audio/speech         model, input, voice, response_format, speed, instr
                               reference_text)
 WS   /v1/audio/speech/stream  text frames in (an LLM's deltas; an empty frame ends the text), binary 16-bit PCM
                               frames out, sentence by sentence; a final JSON text frame with the summary
-GET  /v1/models, /health, /v1/audio/voices      POST /v1/audio/voices (multipart: name, audio, transcript)
+GET  /v1/models, /v1/models/{id}, /health, /v1/audio/voices
+POST /v1/audio/voices         multipart: name, audio_sample, consent, type (OpenAI's `client.audio.voices.create`),
+                              transcript
 DELETE /v1/audio/voices/{name}
+GET  /, /page.js              a page to listen (`serving/page.py`), served without the key
 ```
+
+The key is checked before anything else (`_KeyCheck`: no body is read for a 401); a body over `--max-body-bytes` or
+one that stops coming is refused while it is read (`_BodyLimit`: 413, 408). Reference URLs are fetched on threads of
+their own (`SpeechService.fetch`: a few at once, then 503), never on the threads the other requests use.
 
 A request is checked whole before any work (each refusal an OpenAI error object naming the field), split into chunks
 as `synthesize_long` splits it (`split_text`), and its chunks are queued for the worker (`serving/worker.py`), which
