@@ -12,7 +12,7 @@ import sys
 
 UVICORN_LIMITS = {
     "http": "h11",  # the pure-Python HTTP/1.1 parser, whose limits below apply whatever else is installed
-    "h11_max_incomplete_event_size": 16 * 1024,  # request line and headers at most 16 KiB (a larger one: 400)
+    "h11_max_incomplete_event_size": 16 * 1024,  # headers still incomplete after 16 KiB: 400 (measured)
     "timeout_keep_alive": 5,  # an idle kept-alive connection is closed after 5 s
     "ws_max_size": 1024 * 1024,  # a WebSocket frame at most 1 MiB (text frames; --max-input-chars bounds the text)
 }
