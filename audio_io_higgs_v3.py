@@ -100,26 +100,20 @@ def audio_url_problem(url: str) -> str | None:
         parts.port  # noqa: B018 - raises ValueError for a port that is not a number in 0..65535
     except ValueError as error:
         return f"Reference audio URL {url!r} is not a valid URL ({error}); give an http(s) address of an audio file."
-    if parts.scheme.lower() not in ("http", "https"):
-        return f"Reference audio URL {url!r} is not an http(s) address; only http:// and https:// are fetched."
-    if not parts.hostname:
-        return f"Reference audio URL {url!r} names no host; give an http(s) address of an audio file."
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        return f"Reference audio URL {url!r} is not an http(s) address with a host; only those are fetched."
     return None
 
 
 def fetch_audio_url(url: str, deadline: float | None = None) -> bytes:
-    """The bytes at `url` (a `ValueError` naming it when they cannot be had), within `deadline` seconds in all
-    (default `REFERENCE_URL_DEADLINE`; each network operation within `REFERENCE_URL_TIMEOUT`) and
-    `MAX_REFERENCE_URL_BYTES`, nothing written to disk. The URL is checked first (`audio_url_problem`); redirects are
-    followed to http(s) addresses only, at most `MAX_REFERENCE_URL_REDIRECTS`. The download runs in a thread this one
-    waits for, so a server that drips bytes is given up at the deadline."""
+    """The bytes at `url`, checked first (`audio_url_problem`), within `deadline` seconds in all (default
+    `REFERENCE_URL_DEADLINE`; `REFERENCE_URL_TIMEOUT` per network operation) and `MAX_REFERENCE_URL_BYTES`, nothing
+    written to disk; a `ValueError` naming it otherwise. The download runs in a thread (`_download`) this one waits for."""
     import threading
 
     if problem := audio_url_problem(url):
         raise ValueError(problem)
-    limit = MAX_REFERENCE_URL_BYTES
-    deadline = REFERENCE_URL_DEADLINE if deadline is None else deadline
-    outcome: list = []
+    limit, deadline, outcome = MAX_REFERENCE_URL_BYTES, REFERENCE_URL_DEADLINE if deadline is None else deadline, []
     worker = threading.Thread(target=_download, args=(url, time.monotonic() + deadline, outcome), daemon=True)
     worker.start()
     worker.join(deadline)
@@ -135,14 +129,11 @@ def fetch_audio_url(url: str, deadline: float | None = None) -> bytes:
     return data
 
 
-def _fetch(url: str) -> bytes:
-    """`fetch_audio_url` with the default deadline (the readers' one call)."""
-    return fetch_audio_url(url)
-
-
-def _opener():
-    """A urllib opener whose redirects go to http(s) addresses only (`audio_url_problem`), at most
-    `MAX_REFERENCE_URL_REDIRECTS` of them (urllib's own would follow `ftp://` and ten)."""
+def _download(url: str, until: float, outcome: list) -> None:
+    """`fetch_audio_url`'s worker: appends the bytes at `url` (None when it declares more than the limit), or the
+    error (any: it is delivered, never lost in the thread); stops reading at `until` (a `time.monotonic()` time), so a
+    slow drip is given up, not read on. Redirects go to http(s) addresses only, `MAX_REFERENCE_URL_REDIRECTS` at most
+    (urllib's own handler follows `ftp://` and ten)."""
     import urllib.error
     import urllib.request
 
@@ -154,19 +145,10 @@ def _opener():
                 raise urllib.error.URLError(f"redirected to {newurl!r}, which is not fetched: {problem}")
             return super().redirect_request(req, fp, code, msg, headers, newurl)
 
-    return urllib.request.build_opener(Redirects)
-
-
-def _download(url: str, until: float, outcome: list) -> None:
-    """`fetch_audio_url`'s worker: appends the bytes at `url` (None when it declares more than the limit), or the
-    error (any: it is delivered, never lost in the thread); stops reading at `until` (a `time.monotonic()` time), so a
-    slow drip is given up, not read on."""
-    import urllib.request
-
     try:
         request = urllib.request.Request(url.strip(), headers={"User-Agent": "higgs-v3"})
         timeout = max(0.01, min(REFERENCE_URL_TIMEOUT, until - time.monotonic()))
-        with _opener().open(request, timeout=timeout) as response:  # http(s) only, checked
+        with urllib.request.build_opener(Redirects).open(request, timeout=timeout) as response:
             declared, data = response.headers.get("Content-Length", ""), bytearray()
             if declared.isdigit() and int(declared) > MAX_REFERENCE_URL_BYTES:
                 return outcome.append(None)
@@ -197,7 +179,7 @@ def _read_audio(source: str | os.PathLike, label: str, max_seconds: float, advic
     sf = _soundfile()
     url = is_audio_url(source)
     if url:
-        data = io.BytesIO(_fetch(source))
+        data = io.BytesIO(fetch_audio_url(source))
     elif not os.path.isfile(source):
         folder = os.path.isdir(source)
         raise (IsADirectoryError if folder else FileNotFoundError)(

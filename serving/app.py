@@ -543,31 +543,10 @@ async def _voice_upload(request: Request) -> dict:
     return fields
 
 
-def _add_routes(router: APIRouter, service: SpeechService) -> None:
-    settings = service.settings
-
-    @router.get("/health")
-    async def health():
-        worker = service.worker
-        return {"status": "ok", "model": settings.model_name, "queued": worker.queued, "batches": worker.batches,
-                "largest_batch": worker.largest_batch}
-
-    @router.get("/v1/models")
-    async def models():
-        return {"object": "list", "data": [_model_object(name)
-                                           for name in (settings.model_name, *settings.extra_model_names)]}
-
+def _add_voice_routes(router: APIRouter, service: SpeechService) -> None:
     @router.get("/v1/audio/voices")
     async def list_voices():
         return {"voices": [DEFAULT_VOICE, *service.voices.names()]}
-
-    @router.get("/v1/models/{model}")
-    async def model(model: str):
-        if model not in (settings.model_name, *settings.extra_model_names):
-            raise APIError(404, f"model {model!r} is not served here; this server serves "
-                           f"{', '.join(map(repr, (settings.model_name, *settings.extra_model_names)))}.", "model",
-                           "model_not_found")
-        return _model_object(model)
 
     @router.post("/v1/audio/voices", status_code=201)
     async def add_voice(request: Request):
@@ -599,6 +578,30 @@ def _add_routes(router: APIRouter, service: SpeechService) -> None:
             raise APIError(404, f"voice {name!r} does not exist; saved here: "
                            f"{', '.join(service.voices.names()) or 'none'}.", "voice_id")
         return {"id": name, "object": "audio.voice.deleted", "deleted": True}
+
+
+def _add_routes(router: APIRouter, service: SpeechService) -> None:
+    settings = service.settings
+    _add_voice_routes(router, service)
+
+    @router.get("/health")
+    async def health():
+        worker = service.worker
+        return {"status": "ok", "model": settings.model_name, "queued": worker.queued, "batches": worker.batches,
+                "largest_batch": worker.largest_batch}
+
+    @router.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [_model_object(name)
+                                           for name in (settings.model_name, *settings.extra_model_names)]}
+
+    @router.get("/v1/models/{model}")
+    async def model(model: str):
+        if model not in (settings.model_name, *settings.extra_model_names):
+            raise APIError(404, f"model {model!r} is not served here; this server serves "
+                           f"{', '.join(map(repr, (settings.model_name, *settings.extra_model_names)))}.", "model",
+                           "model_not_found")
+        return _model_object(model)
 
     @router.post("/v1/audio/speech")
     async def speech(body: SpeechRequest, request: Request):

@@ -88,10 +88,11 @@ MAY_IMPORT: dict[str, set[str]] = {
     },
     # The server (`higgs-v3 serve`).
     "serving.app": {
-        "audio_io_higgs_v3", "chunking_higgs_v3", "longform_higgs_v3", "sampling_higgs_v3", "serving.audio", "serving.voices",
-        "serving.worker",
+        "audio_io_higgs_v3", "chunking_higgs_v3", "conversion.folders", "longform_higgs_v3", "sampling_higgs_v3",
+        "serving.audio", "serving.page", "serving.voices", "serving.worker",
     },
     "serving.audio": set(),
+    "serving.page": set(),
     "serving.server": {"cli.models", "serving.app"},
     "serving.voices": {"audio_io_higgs_v3"},
     "serving.worker": {"longform_higgs_v3", "sampling_higgs_v3", "streaming_higgs_v3"},
@@ -245,6 +246,7 @@ HUB_FEATURE_LINES = {
     "low-temperature warning": 250,
     "generate left-aligns right-padded prompts (a pipeline's batch_size on a repo's tokenizer)": 12,
     "generate(batch_invariant=True): padded GEMM rows, padding-anchored attention, lone decodes": 97,
+    "issue 32: a reference URL checked before any download, redirects to http(s) only and few, a deadline per call": 12,
 }
 HUB_MAX_LINES, HUB_MAX_RAISES = 4000 + sum(HUB_FEATURE_LINES.values()), 80
 CLASS_MAX_LINES = {("modeling_higgs_v3", "HiggsAudioV3ForConditionalGeneration"): 400,

@@ -293,7 +293,8 @@ def test_a_url_is_checked_before_any_download_and_redirects_stay_http_and_few(cl
     for url, reason in [("http://[::1", "is not a valid URL (Invalid IPv6 URL)"),
                         ("http://host:port/a.wav", "is not a valid URL (Port could not be cast to integer value as "
                                                    "'port')"),
-                        ("http:///a.wav", "names no host"), ("ftp://host/a.wav", "is not an http(s) address")]:
+                        ("http:///a.wav", "is not an http(s) address with a host"),
+                        ("ftp://host/a.wav", "is not an http(s) address with a host")]:
         with pytest.raises(ValueError) as error:
             audio_io_higgs_v3.fetch_audio_url(url)
         assert str(error.value).startswith(f"Reference audio URL {url!r} {reason}"), error.value
@@ -307,8 +308,8 @@ def test_a_url_is_checked_before_any_download_and_redirects_stay_http_and_few(cl
         assert audio_io_higgs_v3.fetch_audio_url(f"{base}/hop/5") == RedirectHandler.clip  # 5 redirects: followed
         for path, reason in [("/hop/6", "more than 5 redirects, the most followed"),
                              ("/ftp", "redirected to 'ftp://127.0.0.1/me.wav', which is not fetched: Reference audio "
-                                      "URL 'ftp://127.0.0.1/me.wav' is not an http(s) address; only http:// and "
-                                      "https:// are fetched.")]:
+                                      "URL 'ftp://127.0.0.1/me.wav' is not an http(s) address with a host; only "
+                                      "those are fetched.")]:
             with pytest.raises(ValueError) as error:
                 audio_io_higgs_v3.fetch_audio_url(base + path)
             assert str(error.value) == (f"Could not fetch reference audio URL '{base}{path}' ({reason}); check the "
@@ -338,7 +339,7 @@ class DripHandler(http.server.BaseHTTPRequestHandler):
 def test_a_slow_drip_url_is_given_up_at_the_whole_downloads_deadline(processor, monkeypatch):
     """Each byte comes well within the per-operation timeout, so only the deadline of the whole download
     (`REFERENCE_URL_DEADLINE`, 0.5 s here) ends it: `processor(reference=url)`, the chat's `url` items, `--ref-audio`
-    and batch `reference` all read URLs through `audio_io_higgs_v3._fetch`, the one reader."""
+    and batch `reference` all read URLs through `audio_io_higgs_v3.fetch_audio_url`, the one reader."""
     httpd = QuietServer(("127.0.0.1", 0), DripHandler)
     threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     url = f"http://127.0.0.1:{httpd.server_address[1]}/drip.wav"
