@@ -52,6 +52,7 @@ MAX_VOICE_JSON_BYTES: int = 8 * 1024 * 1024  # refused before reading (a 100 s v
 REFERENCE_URL_TIMEOUT: float = 30.0  # seconds per network operation of a reference URL
 REFERENCE_URL_DEADLINE: float = 120.0  # seconds for a whole reference URL download (a slow drip is given up)
 MAX_REFERENCE_URL_BYTES: int = 64 * 1024 * 1024  # 100 s of 48 kHz stereo float WAV is 38 MB
+MAX_REFERENCE_URL_REDIRECTS: int = 5  # redirects followed for a reference URL (to http(s) addresses only)
 
 AudioLike = str | os.PathLike | np.ndarray | torch.Tensor  # a clip: a file, an http(s) URL, or samples
 
@@ -89,12 +90,30 @@ def is_audio_url(value) -> bool:
     return isinstance(value, str) and value.strip().lower().startswith(("http://", "https://"))
 
 
-def _fetch(url: str) -> bytes:
-    """The bytes at `url`, within `REFERENCE_URL_DEADLINE` in all (`REFERENCE_URL_TIMEOUT` per network operation) and
-    `MAX_REFERENCE_URL_BYTES` (nothing written to disk). The download runs in a thread this one waits for."""
+def audio_url_problem(url: str) -> str | None:
+    """Why `url` cannot be fetched as a reference clip, or None: it must parse (`urllib.parse.urlsplit`, its port
+    included), be `http` or `https` and name a host. Checked before any download starts, and for every redirect."""
+    import urllib.parse
+
+    try:
+        parts = urllib.parse.urlsplit(url.strip())
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in 0..65535
+    except ValueError as error:
+        return f"Reference audio URL {url!r} is not a valid URL ({error}); give an http(s) address of an audio file."
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        return f"Reference audio URL {url!r} is not an http(s) address with a host; only those are fetched."
+    return None
+
+
+def fetch_audio_url(url: str, deadline: float | None = None) -> bytes:
+    """The bytes at `url`, checked first (`audio_url_problem`), within `deadline` seconds in all (default
+    `REFERENCE_URL_DEADLINE`; `REFERENCE_URL_TIMEOUT` per network operation) and `MAX_REFERENCE_URL_BYTES`, nothing
+    written to disk; a `ValueError` naming it otherwise. The download runs in a thread (`_download`) this one waits for."""
     import threading
 
-    limit, deadline, outcome = MAX_REFERENCE_URL_BYTES, REFERENCE_URL_DEADLINE, []
+    if problem := audio_url_problem(url):
+        raise ValueError(problem)
+    limit, deadline, outcome = MAX_REFERENCE_URL_BYTES, REFERENCE_URL_DEADLINE if deadline is None else deadline, []
     worker = threading.Thread(target=_download, args=(url, time.monotonic() + deadline, outcome), daemon=True)
     worker.start()
     worker.join(deadline)
@@ -111,22 +130,32 @@ def _fetch(url: str) -> bytes:
 
 
 def _download(url: str, until: float, outcome: list) -> None:
-    """`_fetch`'s worker: appends the bytes at `url` (None when it declares more than the limit), or the error; stops
-    reading at `until` (a `time.monotonic()` time), so a slow drip is given up, not read on."""
-    import http.client
+    """`fetch_audio_url`'s worker: appends the bytes at `url` (None when it declares more than the limit), or the
+    error (any: it is delivered, never lost in the thread); stops reading at `until` (a `time.monotonic()` time), so a
+    slow drip is given up, not read on. Redirects go to http(s) addresses only, `MAX_REFERENCE_URL_REDIRECTS` at most
+    (urllib's own handler follows `ftp://` and ten)."""
     import urllib.error
     import urllib.request
 
+    class Redirects(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, req, fp, code, msg, headers, newurl):
+            if len(getattr(req, "redirect_dict", {})) >= MAX_REFERENCE_URL_REDIRECTS:
+                raise urllib.error.URLError(f"more than {MAX_REFERENCE_URL_REDIRECTS} redirects, the most followed")
+            if problem := audio_url_problem(newurl):
+                raise urllib.error.URLError(f"redirected to {newurl!r}, which is not fetched: {problem}")
+            return super().redirect_request(req, fp, code, msg, headers, newurl)
+
     try:
         request = urllib.request.Request(url.strip(), headers={"User-Agent": "higgs-v3"})
-        with urllib.request.urlopen(request, timeout=REFERENCE_URL_TIMEOUT) as response:  # noqa: S310 - http(s) only
+        timeout = max(0.01, min(REFERENCE_URL_TIMEOUT, until - time.monotonic()))
+        with urllib.request.build_opener(Redirects).open(request, timeout=timeout) as response:
             declared, data = response.headers.get("Content-Length", ""), bytearray()
             if declared.isdigit() and int(declared) > MAX_REFERENCE_URL_BYTES:
                 return outcome.append(None)
             while len(data) <= MAX_REFERENCE_URL_BYTES and time.monotonic() < until and (part := response.read1(65536)):
                 data += part
             outcome.append(bytes(data))
-    except (urllib.error.URLError, http.client.HTTPException, OSError) as error:
+    except Exception as error:  # noqa: BLE001 - the waiting thread reports it, naming the URL
         outcome.append(error)
 
 
@@ -150,7 +179,7 @@ def _read_audio(source: str | os.PathLike, label: str, max_seconds: float, advic
     sf = _soundfile()
     url = is_audio_url(source)
     if url:
-        data = io.BytesIO(_fetch(source))
+        data = io.BytesIO(fetch_audio_url(source))
     elif not os.path.isfile(source):
         folder = os.path.isdir(source)
         raise (IsADirectoryError if folder else FileNotFoundError)(
@@ -599,6 +628,7 @@ __all__ = [
     "AUDIO_OUTPUT_SUFFIXES",
     "MAX_REFERENCE_SECONDS",
     "MAX_REFERENCE_URL_BYTES",
+    "MAX_REFERENCE_URL_REDIRECTS",
     "MAX_VOICE_JSON_BYTES",
     "MIN_REFERENCE_SECONDS",
     "REFERENCE_ADVICE",
@@ -613,6 +643,8 @@ __all__ = [
     "audio_html",
     "check_audio_output",
     "check_length",
+    "audio_url_problem",
+    "fetch_audio_url",
     "is_audio_url",
     "is_clip",
     "length_problem",

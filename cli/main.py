@@ -272,6 +272,9 @@ def _add_serve_parser(commands) -> None:
     serve.add_argument("--drain-seconds", type=_number("--drain-seconds", float, "0 or more", lambda x: x >= 0),
                        default=30.0, help="on SIGTERM: how long the requests in flight may take to finish before they "
                        "are cut (default 30); the process then exits 0")
+    serve.add_argument("--max-connections", type=_positive("--max-connections", int), default=128,
+                       help="open connections and requests at most (uvicorn's limit_concurrency; beyond it new "
+                            "requests get 503; default 128)")
     serve.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     serve.set_defaults(run=_cmd_serve, quiet_libraries=True)
 

@@ -7,9 +7,16 @@ POST /v1/audio/speech         model, input, voice, response_format, speed, instr
                               reference_text)
 WS   /v1/audio/speech/stream  text frames in (an LLM's deltas; an empty frame ends the text), binary 16-bit PCM
                               frames out, sentence by sentence; a final JSON text frame with the summary
-GET  /v1/models, /health, /v1/audio/voices      POST /v1/audio/voices (multipart: name, audio, transcript)
+GET  /v1/models, /v1/models/{id}, /health, /v1/audio/voices
+POST /v1/audio/voices         multipart: name, audio_sample, consent, type (OpenAI's `client.audio.voices.create`),
+                              transcript
 DELETE /v1/audio/voices/{name}
+GET  /, /page.js              a page to listen (`serving/page.py`), served without the key
 ```
+
+The key is checked before anything else (`_KeyCheck`: no body is read for a 401); a body over `--max-body-bytes` or
+one that stops coming is refused while it is read (`_BodyLimit`: 413, 408). Reference URLs are fetched on threads of
+their own (`SpeechService.fetch`: a few at once, then 503), never on the threads the other requests use.
 
 A request is checked whole before any work (each refusal an OpenAI error object naming the field), split into chunks
 as `synthesize_long` splits it (`split_text`), and its chunks are queued for the worker (`serving/worker.py`), which
@@ -20,7 +27,7 @@ that seed): a bad take of a whole response is redone as the library redoes it (`
 worker queues the redo again). A streamed response is one take: its audio is sent as it is generated.
 
 `speed`: only 1.0 (the model has no rate control and time-stretching would change the voice); another value is refused.
-`instructions`: inline control tags only (`<|emotion:happy|>`, see `higgs-v3 tags`), put in front of every chunk; free
+`instructions`: inline control tags only (`<|emotion:elation|>`, see `higgs-v3 tags`), put in front of every chunk; free
 text is refused (the model takes no prompt of that kind).
 """
 
@@ -35,25 +42,29 @@ import json
 import logging
 import os
 import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from fastapi import APIRouter, Depends, FastAPI, File, Form, Request, UploadFile, WebSocket, WebSocketDisconnect
+from fastapi import APIRouter, FastAPI, Request, WebSocket, WebSocketDisconnect
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, StrictFloat, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, StrictFloat, StrictInt, StrictStr, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.requests import HTTPConnection
 
-from ..audio_io_higgs_v3 import is_audio_url, load_reference
+from ..audio_io_higgs_v3 import audio_url_problem, fetch_audio_url, is_audio_url, load_reference
 from ..chunking_higgs_v3 import DEFAULT_MAX_CHARS, TAG_PATTERN, SentenceCutter, nothing_to_speak, split_text
+from ..conversion.folders import disk_full_error, is_disk_full
 from ..longform_higgs_v3 import (
     DEFAULT_PAUSE_SECONDS, DEFAULT_RETRIES, DEFAULT_SECONDS_PER_CHAR, _voice_from_chunk, check_take_options,
     resolve_voice, rows_for_max_seconds,
 )
 from ..sampling_higgs_v3 import check_seed, draw_seed
 from .audio import MEDIA_TYPES, encode, format_problem, wav_stream_header, writable_formats
+from .page import PUBLIC_PATHS, add_page_routes
 from .voices import DEFAULT_VOICE, VoiceStore, name_problem
 from .worker import Chunk, QueueFull, SpeechWorker
 
@@ -82,6 +93,10 @@ class ServeSettings:
     retry_after_seconds: int = 1
     receive_timeout_seconds: float = 300.0
     drain_seconds: float = 30.0  # on shutdown: how long the requests in flight may take; then what is left is cut
+    url_fetch_workers: int = 4  # reference URLs fetched at once (their own threads); a request beyond them is a 503
+    url_fetch_seconds: float = 20.0  # a reference URL's whole download (audio_io's own default is 120 s)
+    body_timeout_seconds: float = 30.0  # the most seconds between two pieces of a request body (a stalled body: 408)
+    body_deadline_seconds: float = 120.0  # the most seconds to receive a whole request body (408)
     extra_model_names: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -168,7 +183,7 @@ def _instructions(body: SpeechRequest, processor) -> str:
         return ""
     tags = TAG_PATTERN.findall(body.instructions)
     if TAG_PATTERN.sub("", body.instructions).strip():
-        raise APIError(400, "instructions holds inline control tags only here (e.g. '<|emotion:happy|>'; "
+        raise APIError(400, "instructions holds inline control tags only here (e.g. '<|emotion:elation|>'; "
                        "`higgs-v3 tags` lists them), put in front of every chunk; this model takes no free-text "
                        "instructions.", "instructions")
     try:
@@ -263,6 +278,8 @@ def _clip_source(value: str, settings: ServeSettings):
         if not settings.allow_url_references:
             raise APIError(400, "reference_audio is a URL, which this server does not fetch (start it with "
                            "--allow-url-references); send the clip as base64 instead.", "reference_audio")
+        if problem := audio_url_problem(value):  # before any thread starts
+            raise APIError(400, problem, "reference_audio")
         return value
     data = value.split(",", 1)[1] if value.startswith("data:") else value
     try:
@@ -282,16 +299,21 @@ class SpeechService:
         self.voices = VoiceStore(settings.voices_dir)
         self.worker: SpeechWorker | None = None
         self.voice_lock = asyncio.Lock()
+        self.fetches: ThreadPoolExecutor | None = None  # reference URLs: their own threads, never the default pool's
+        self.fetching, self.fetch_lock = 0, threading.Lock()
 
     def start(self) -> None:
         s = self.settings
         self.worker = SpeechWorker(self.model, self.processor, max_batch_size=s.max_batch_size,
                                    batch_wait_ms=s.batch_wait_ms, max_queue=s.max_queue)
+        self.fetches = ThreadPoolExecutor(s.url_fetch_workers, thread_name_prefix="higgs-v3-url")
 
     def stop(self) -> None:
         """The app's shutdown: uvicorn has given the requests in flight `drain_seconds` and cancelled the rest, so what
         the worker still holds is for clients that are gone: cut at once (the `generate` in flight stops at its next
         step), and said in the log."""
+        if self.fetches is not None:
+            self.fetches.shutdown(wait=False, cancel_futures=True)
         if self.worker is not None:
             cut = self.worker.stop(deadline=0)
             if cut:
@@ -300,15 +322,44 @@ class SpeechService:
             else:
                 logger.info("Shutdown: the worker had nothing left to speak.")
 
+    async def fetch(self, url: str) -> bytes:
+        """The bytes at a reference URL (`fetch_audio_url`, within `url_fetch_seconds`) on the fetch threads; a 503
+        when `url_fetch_workers` fetches are already running, a 400 naming the URL when it cannot be fetched."""
+        with self.fetch_lock:
+            if self.fetching >= self.settings.url_fetch_workers:
+                raise APIError(503, f"The server is fetching {self.fetching} reference URLs already, the most at once; "
+                               "retry shortly, or send the clip as base64.", "reference_audio", "server_busy",
+                               {"Retry-After": str(self.settings.retry_after_seconds)})
+            self.fetching += 1
+
+        def fetch() -> bytes:
+            try:
+                return fetch_audio_url(url, self.settings.url_fetch_seconds)
+            finally:
+                with self.fetch_lock:  # counted until the thread is free, also when the client left meanwhile
+                    self.fetching -= 1
+
+        try:
+            future = self.fetches.submit(fetch)
+        except RuntimeError:  # shut down
+            with self.fetch_lock:
+                self.fetching -= 1
+            raise APIError(503, "The server is shutting down.", None, "server_busy") from None
+        try:
+            return await asyncio.wrap_future(future)
+        except ValueError as error:
+            raise APIError(400, " ".join(str(error).split()), "reference_audio") from None
+
     # ------------------------------------------------------------------ voices
     async def encode_voice(self, source, transcript: str | None, param: str):
         """A voice from a clip (bytes, a file or a URL) through `resolve_voice` (`load_reference`, then the model's
         codec on the worker thread); a 400 naming `param` when the clip is refused."""
+        what = "(the uploaded clip)"
+        if isinstance(source, str):  # a reference URL (checked where it entered): fetched on the fetch threads
+            source, what = await self.fetch(source), f"at {source!r}"
         with tempfile.TemporaryDirectory(prefix="higgs-v3-clip-") as folder:
-            path = source
-            if isinstance(source, bytes):
-                path = Path(folder) / "clip.audio"
-                path.write_bytes(source)
+            path = Path(folder) / "clip.audio"
+            path.write_bytes(source)
             rate = self.spec.sampling_rate
             try:  # files and URLs are read here, off the model's thread; the worker only encodes
                 clip = await asyncio.to_thread(load_reference, str(path), transcript, None, param, rate)
@@ -316,10 +367,24 @@ class SpeechService:
                     self.model, self.processor, {"array": clip.waveform, "sampling_rate": rate}, clip.text,
                     where=param))
             except (OSError, ValueError) as error:
-                message = str(error).replace(repr(str(path)), "(the uploaded clip)")
+                message = str(error).replace(repr(str(path)), what)
                 raise APIError(400, " ".join(message.split()), param) from None
             except QueueFull:
                 raise self.busy() from None
+
+    def save_voice(self, name: str, voice) -> None:
+        """`VoiceStore.save`; a full disk is a 507 saying so, with the space the voice needs."""
+        try:
+            self.voices.save(name, voice)
+        except Exception as error:
+            path = self.voices.path(name)
+            if not is_disk_full(error, path):
+                raise
+            needed = voice.codes.numel() * voice.codes.element_size() + 1024  # the codes and a safetensors header
+            message = str(disk_full_error(path, "voice", needed, kept="nothing was saved"))
+            message = message.replace(repr(str(path)), f"{name!r}").replace(
+                "choose a folder on another disk", "start the server with a --voices-dir on another disk")
+            raise APIError(507, message, None, "insufficient_storage") from None
 
     def busy(self) -> APIError:
         return APIError(503, "The server is busy (its queue is full); retry shortly.", None, "server_busy",
@@ -396,21 +461,35 @@ def create_app(model, processor, settings: ServeSettings) -> FastAPI:
     app = FastAPI(title="higgs-v3 serve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.service = service
     _install_error_handlers(app)
-    app.add_middleware(_BodyLimit, limit=settings.max_body_bytes)
-    router = APIRouter(dependencies=[Depends(_authorize(settings))])
+    app.add_middleware(_BodyLimit, limit=settings.max_body_bytes, gap=settings.body_timeout_seconds,
+                       deadline=settings.body_deadline_seconds)
+    app.add_middleware(_KeyCheck, settings=settings)  # the outermost: before any body is read
+    router = APIRouter()
     _add_routes(router, service)
+    add_page_routes(router)
     app.include_router(router)
     app.add_api_websocket_route("/v1/audio/speech/stream", _websocket_route(service))
     return app
 
 
-def _authorize(settings: ServeSettings):
-    def check(connection: HTTPConnection) -> None:
-        if key_problem(settings, connection.headers.get("authorization")):
-            raise APIError(401, "Incorrect or missing API key: send 'Authorization: Bearer <key>'.", None,
-                           "invalid_api_key")
+class _KeyCheck:
+    """The API key, checked on every route and the WebSocket before anything else (a body is not read for a 401):
+    all but the page (`page.PUBLIC_PATHS`), which asks for the key itself."""
 
-    return check
+    def __init__(self, app, settings: ServeSettings):
+        self.app, self.settings = app, settings
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] not in ("http", "websocket") or scope["path"] in PUBLIC_PATHS:
+            return await self.app(scope, receive, send)
+        header = dict(scope.get("headers", ())).get(b"authorization")
+        if not key_problem(self.settings, header.decode("latin-1") if header is not None else None):
+            return await self.app(scope, receive, send)
+        if scope["type"] == "websocket":  # refused before the handshake completes (the client sees 403 / 1008)
+            return await send({"type": "websocket.close", "code": 1008, "reason": "Incorrect or missing API key."})
+        refusal = APIError(401, "Incorrect or missing API key: send 'Authorization: Bearer <key>'.", None,
+                           "invalid_api_key", {"WWW-Authenticate": "Bearer", "Connection": "close"})
+        await refusal.response()(scope, receive, send)
 
 
 def key_problem(settings: ServeSettings, header: str | None) -> bool:
@@ -421,26 +500,67 @@ def key_problem(settings: ServeSettings, header: str | None) -> bool:
     return not hmac.compare_digest(given.encode(), settings.api_key.encode())
 
 
-def _add_routes(router: APIRouter, service: SpeechService) -> None:
-    settings = service.settings
+def _model_object(name: str) -> dict:
+    return {"id": name, "object": "model", "created": 0, "owned_by": "higgs-v3"}
 
-    @router.get("/health")
-    async def health():
-        worker = service.worker
-        return {"status": "ok", "model": settings.model_name, "queued": worker.queued, "batches": worker.batches,
-                "largest_batch": worker.largest_batch}
 
-    @router.get("/v1/models")
-    async def models():
-        return {"object": "list", "data": [{"id": name, "object": "model", "created": 0, "owned_by": "higgs-v3"}
-                                           for name in (settings.model_name, *settings.extra_model_names)]}
+VOICE_FIELDS = {"name": "the voice's name", "audio_sample": "the clip, a file", "consent": "optional, recorded",
+                "type": "optional, 'audio_sample'", "transcript": "optional, the clip's words"}
+"""The fields of a voice upload (`POST /v1/audio/voices`): OpenAI's (`client.audio.voices.create`) and `transcript`."""
 
+
+def _voice_fields() -> str:
+    return ", ".join(f"{name} ({what})" for name, what in VOICE_FIELDS.items())
+
+
+async def _voice_upload(request: Request) -> dict:
+    """The fields of a voice upload, each checked: multipart/form-data, whole (its closing boundary present), only
+    `VOICE_FIELDS`, `name` and `audio_sample` given, `audio_sample` a file (its bytes), the others text."""
+    takes = f"POST /v1/audio/voices takes multipart/form-data with the fields {_voice_fields()}"
+    content_type = request.headers.get("content-type", "")
+    boundary = content_type.partition("boundary=")[2].split(";")[0].strip().strip('"')
+    if not content_type.lower().startswith("multipart/form-data") or not boundary:
+        raise APIError(400, f"{takes}; got {f'Content-Type {content_type!r}' if content_type else 'no Content-Type'}"
+                       " (only multipart carries the audio file).", None)
+    body = await request.body()  # bounded by --max-body-bytes (the body-limit middleware)
+    if not body.strip():
+        raise APIError(400, f"The request body is empty; {takes}.", None)
+    if not body.rstrip(b"\r\n").endswith(b"--" + boundary.encode("latin-1") + b"--"):
+        raise APIError(400, f"The multipart body ends before its closing boundary (cut short?); {takes}.", None)
+    try:
+        form = await request.form(max_files=1, max_fields=len(VOICE_FIELDS))
+    except Exception as error:  # noqa: BLE001 - starlette's MultiPartException and python-multipart's errors
+        reason = getattr(error, "message", None) or " ".join(str(error).split()) or type(error).__name__
+        raise APIError(400, f"The multipart body could not be read ({reason}); {takes}.", None) from None
+    if form.get("type", "audio_sample") != "audio_sample":  # first: a prompt's fields are not ours
+        raise APIError(400, f"type {form['type']!r} is not offered here: this server makes a voice from an audio "
+                       "sample only; accepted: 'audio_sample' (the default).", "type")
+    fields = {}
+    for key, value in form.multi_items():
+        if key not in VOICE_FIELDS:
+            raise APIError(400, f"Unknown field {key!r}; {takes}.", key)
+        if key in fields:
+            raise APIError(400, f"{key!r} is given twice; give it once.", key)
+        is_file = not isinstance(value, str)
+        if is_file != (key == "audio_sample"):
+            raise APIError(400, f"{key!r} must be {'a file' if key == 'audio_sample' else 'text, not a file'}; "
+                           f"{takes}.", key)
+        fields[key] = await value.read() if is_file else value
+    for key in ("name", "audio_sample"):
+        if key not in fields:
+            raise APIError(400, f"{key!r} is required; {takes}.", key)
+    return fields
+
+
+def _add_voice_routes(router: APIRouter, service: SpeechService) -> None:
     @router.get("/v1/audio/voices")
     async def list_voices():
         return {"voices": [DEFAULT_VOICE, *service.voices.names()]}
 
     @router.post("/v1/audio/voices", status_code=201)
-    async def add_voice(name: str = Form(...), audio: UploadFile = File(...), transcript: str | None = Form(None)):
+    async def add_voice(request: Request):
+        fields = await _voice_upload(request)
+        name, transcript = fields["name"], fields.get("transcript")
         if problem := name_problem(name):
             raise APIError(400, problem, "name")
         if name in service.voices.names():
@@ -450,20 +570,47 @@ def _add_routes(router: APIRouter, service: SpeechService) -> None:
                 service.processor.check_text(transcript, "transcript")
             except ValueError as error:
                 raise APIError(400, str(error), "transcript") from None
-        voice = await service.encode_voice(await audio.read(), transcript, "audio")
+        voice = await service.encode_voice(fields["audio_sample"], transcript, "audio_sample")
         async with service.voice_lock:  # check and write as one: of two uploads of one name, the second is a 409
             if name in service.voices.names():
                 raise APIError(409, f"voice {name!r} already exists; DELETE /v1/audio/voices/{name} first.", "name")
-            await asyncio.to_thread(service.voices.save, name, voice)
-        return {"object": "voice", "name": name, "seconds": round(voice.duration, 3), "transcript": voice.text}
+            await asyncio.to_thread(service.save_voice, name, voice)
+        return {"id": name, "object": "audio.voice", "created_at": int(time.time()), "name": name,
+                "type": "audio_sample", "consent": fields.get("consent"), "seconds": round(voice.duration, 3),
+                "transcript": voice.text}
 
     @router.delete("/v1/audio/voices/{name}")
     async def delete_voice(name: str):
         if problem := name_problem(name):
-            raise APIError(400, problem, "name")
+            raise APIError(400, problem, "voice_id")
         if not service.voices.delete(name):
-            raise APIError(404, f"voice {name!r} does not exist.", "name")
-        return {"object": "voice", "name": name, "deleted": True}
+            raise APIError(404, f"voice {name!r} does not exist; saved here: "
+                           f"{', '.join(service.voices.names()) or 'none'}.", "voice_id")
+        return {"id": name, "object": "audio.voice.deleted", "deleted": True}
+
+
+def _add_routes(router: APIRouter, service: SpeechService) -> None:
+    settings = service.settings
+    _add_voice_routes(router, service)
+
+    @router.get("/health")
+    async def health():
+        worker = service.worker
+        return {"status": "ok", "model": settings.model_name, "queued": worker.queued, "batches": worker.batches,
+                "largest_batch": worker.largest_batch}
+
+    @router.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [_model_object(name)
+                                           for name in (settings.model_name, *settings.extra_model_names)]}
+
+    @router.get("/v1/models/{model}")
+    async def model(model: str):
+        if model not in (settings.model_name, *settings.extra_model_names):
+            raise APIError(404, f"model {model!r} is not served here; this server serves "
+                           f"{', '.join(map(repr, (settings.model_name, *settings.extra_model_names)))}.", "model",
+                           "model_not_found")
+        return _model_object(model)
 
     @router.post("/v1/audio/speech")
     async def speech(body: SpeechRequest, request: Request):
@@ -558,6 +705,34 @@ async def _sse(events, plan: Plan, tally: dict):
     yield f"data: {json.dumps(done)}\n\n"
 
 
+ROUTES = ("POST /v1/audio/speech, WS /v1/audio/speech/stream, GET and POST /v1/audio/voices, DELETE "
+          "/v1/audio/voices/{name}, GET /v1/models, GET /v1/models/{model}, GET /health, GET / (a page to listen)")
+"""Every route, as a refusal of an unknown one lists them (OpenAI's other routes, e.g. transcriptions, are not here)."""
+SPEECH_TAKES = (f"POST /v1/audio/speech takes a JSON object with the fields {', '.join(SpeechRequest.model_fields)} "
+                "(model and input required)")
+
+
+def validation_error(problems: list[dict]) -> APIError:
+    """pydantic's first problem with a speech request (a body or the WebSocket's query) as a 400 naming its field and
+    what is accepted, in a sentence (never pydantic's dump)."""
+    problem = problems[0]
+    location = [str(part) for part in problem.get("loc", ()) if part != "body"]
+    param, kind = (location[0] if location else None), problem.get("type")
+    if kind == "extra_forbidden":
+        return APIError(400, f"Unknown field {param!r}; the accepted fields are {', '.join(SpeechRequest.model_fields)}.",
+                        param)
+    if kind == "json_invalid":
+        return APIError(400, f"The request body is not valid JSON; {SPEECH_TAKES}.", None)
+    if param is None and kind == "missing":
+        return APIError(400, f"The request body is empty; {SPEECH_TAKES}.", None)
+    if param is None:
+        given = type(problem.get("input")).__name__
+        return APIError(400, f"The request body is a JSON {given}, not an object; {SPEECH_TAKES}.", None)
+    if kind == "missing":
+        return APIError(400, f"{param!r} is required; {SPEECH_TAKES}.", param)
+    return APIError(400, f"{param!r}: {problem.get('msg')}, got {problem.get('input')!r}.", param)
+
+
 def _install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def api_error(request, error: APIError):
@@ -565,22 +740,13 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request, error: RequestValidationError):
-        problem = error.errors()[0]
-        location = [str(part) for part in problem.get("loc", ()) if part != "body"]
-        param = location[0] if location else None
-        if problem.get("type") == "extra_forbidden":
-            accepted = ", ".join(SpeechRequest.model_fields)
-            message = f"Unknown field {param!r}; the accepted fields are {accepted}."
-        elif problem.get("type") == "json_invalid":
-            message, param = "The request body is not valid JSON.", None
-        elif problem.get("type") == "missing":
-            message = f"{param!r} is required."
-        else:
-            message = f"{param!r}: {problem.get('msg')}" if param else str(problem.get("msg"))
-        return APIError(400, message, param).response()
+        return validation_error(error.errors()).response()
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request, error: StarletteHTTPException):
+        if error.status_code in (404, 405) and error.detail in ("Not Found", "Method Not Allowed"):
+            return APIError(error.status_code, f"No route {request.method} {request.url.path} here; this server "
+                            f"serves {ROUTES}.", None, "unknown_route").response()
         return APIError(error.status_code, str(error.detail), None).response()
 
     @app.exception_handler(Exception)
@@ -590,10 +756,12 @@ def _install_error_handlers(app: FastAPI) -> None:
 
 
 class _BodyLimit:
-    """Refuses a request body over `limit` bytes (413): by its Content-Length, or while it is read."""
+    """Refuses a request body over `limit` bytes (413: by its Content-Length, or while it is read) and one that does not
+    come in time (408: `gap` seconds without a piece of it, or `deadline` seconds in all), so a client that stops
+    mid-body holds its connection no longer."""
 
-    def __init__(self, app, limit: int):
-        self.app, self.limit = app, limit
+    def __init__(self, app, limit: int, gap: float, deadline: float):
+        self.app, self.limit, self.gap, self.deadline = app, limit, gap, deadline
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -601,32 +769,45 @@ class _BodyLimit:
         length = dict(scope.get("headers", ())).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.limit:
             return await self.too_large().response()(scope, receive, send)
-        read, over = 0, False
+        loop = asyncio.get_running_loop()
+        until, read, whole, refusal = loop.time() + self.deadline, 0, False, None
 
         async def limited():
-            nonlocal read, over
-            message = await receive()
+            nonlocal read, whole, refusal
+            if whole:  # the body is in: what comes now is the disconnect, whenever it comes
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, min(self.gap, until - loop.time())))
+            except TimeoutError:
+                refusal = self.too_slow(read)
+                raise refusal from None
             read += len(message.get("body", b""))
+            whole = message["type"] != "http.request" or not message.get("more_body", False)
             if read > self.limit:
-                over = True
-                raise self.too_large()
+                refusal = self.too_large()
+                raise refusal
             return message
 
         async def sending(message):
-            if not over:  # over: the route's body parser answers 400 (a parse error); this sends the 413 instead
+            if refusal is None:  # refused: the route's body parser answers 400 (a parse error); this sends ours
                 await send(message)
 
         try:
             await self.app(scope, limited, sending)
         except Exception:
-            if not over:
+            if refusal is None:
                 raise
-        if over:
-            await self.too_large().response()(scope, receive, send)
+        if refusal is not None:
+            await refusal.response()(scope, receive, send)
 
     def too_large(self) -> APIError:
         return APIError(413, f"The request body is over {self.limit} bytes (--max-body-bytes).", None,
                         "request_too_large")
+
+    def too_slow(self, read: int) -> APIError:
+        return APIError(408, f"The request body did not come in time ({read} bytes came; a server waits "
+                        f"{self.gap:g} s at most for each piece and {self.deadline:g} s for the whole body); send it "
+                        "whole, without pauses.", None, "request_timeout", {"Connection": "close"})
 
 
 # ================================================================================================= text in, audio out
@@ -635,10 +816,7 @@ def _websocket_route(service: SpeechService):
         """Text frames in (pieces of text; an empty frame ends it), binary 16-bit PCM frames out as each sentence is
         spoken, then a JSON text frame: `{"type": "speech.done", ...}` (or `{"type": "error", "error": {...}}`). The
         options are query parameters: voice, seed, temperature, top_p, top_k, max_seconds."""
-        if key_problem(service.settings, websocket.headers.get("authorization")):
-            await websocket.close(code=1008, reason="Incorrect or missing API key.")
-            return
-        await websocket.accept()
+        await websocket.accept()  # the key was checked (`_KeyCheck`)
         try:
             await _speak_stream(service, websocket)
         except APIError as error:
@@ -661,18 +839,27 @@ def _websocket_route(service: SpeechService):
 def _stream_request(service: SpeechService, websocket: WebSocket) -> Plan:
     """The stream's options, checked as a speech request's (its text comes later)."""
     fields = dict(websocket.query_params)
-    numbers = {"seed": int, "top_k": int, "temperature": float, "top_p": float, "max_seconds": float}
-    for name, kind in numbers.items():
-        if name in fields:
+    for name in fields:
+        if name not in STREAM_OPTIONS:
+            raise APIError(400, f"Unknown query parameter {name!r}; the stream takes {', '.join(STREAM_OPTIONS)}.",
+                           name)
+    for name, kind in STREAM_OPTIONS.items():
+        if name in fields and kind is not str:
             try:
                 fields[name] = kind(fields[name])
             except ValueError:
-                raise APIError(400, f"{name} must be a number, got {fields[name]!r}.", name) from None
+                raise APIError(400, f"{name} must be {'an integer' if kind is int else 'a number'}, got "
+                               f"{fields[name]!r}.", name) from None
     try:
         body = SpeechRequest(model=service.settings.model_name, input="x", response_format="pcm", **fields)
-    except Exception as error:  # pydantic's ValidationError: unknown or mistyped query parameters
-        raise APIError(400, f"Bad query parameters: {' '.join(str(error).split())[:300]}", None) from None
+    except ValidationError as error:
+        raise validation_error(error.errors()) from None
     return check_speech(body, service.settings, service.processor, service.spec, service.voices)
+
+
+STREAM_OPTIONS = {"voice": str, "seed": int, "temperature": float, "top_p": float, "top_k": int, "max_seconds": float,
+                  "instructions": str}
+"""The WebSocket's query parameters (a speech request's options; its text comes as frames, its format is pcm)."""
 
 
 async def _sentences(service: SpeechService, websocket: WebSocket, sentences: asyncio.Queue) -> None:

@@ -13,6 +13,16 @@ import signal
 import sys
 
 
+UVICORN_LIMITS = {
+    "http": "h11",  # the pure-Python HTTP/1.1 parser, whose limits below apply whatever else is installed
+    "h11_max_incomplete_event_size": 16 * 1024,  # headers still incomplete after 16 KiB: 400 (measured)
+    "timeout_keep_alive": 5,  # an idle kept-alive connection is closed after 5 s
+    "ws_max_size": 1024 * 1024,  # a WebSocket frame at most 1 MiB (text frames; --max-input-chars bounds the text)
+}
+"""What uvicorn bounds for slow or careless clients. It has no deadline for a request's headers (a client trickling
+them holds its connection; --max-connections bounds how many): docs/SERVING.md shows the reverse proxy that does."""
+
+
 def cmd_serve(args) -> int:
     try:
         import fastapi  # noqa: F401 - the app's; checked here for the one message
@@ -51,10 +61,11 @@ def cmd_serve(args) -> int:
     drained = signal.signal(signal.SIGTERM, lambda *_: None)  # what uvicorn re-raises after its drain: a clean exit
     try:
         uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level,
-                    timeout_graceful_shutdown=settings.drain_seconds)
+                    timeout_graceful_shutdown=settings.drain_seconds, **UVICORN_LIMITS,
+                    limit_concurrency=args.max_connections)
     finally:
         signal.signal(signal.SIGTERM, drained)
     return 0
 
 
-__all__ = ["cmd_serve"]
+__all__ = ["UVICORN_LIMITS", "cmd_serve"]

@@ -88,13 +88,14 @@ MAY_IMPORT: dict[str, set[str]] = {
     },
     # The server (`higgs-v3 serve`).
     "serving.app": {
-        "audio_io_higgs_v3", "chunking_higgs_v3", "longform_higgs_v3", "sampling_higgs_v3", "serving.audio", "serving.voices",
-        "serving.worker",
+        "audio_io_higgs_v3", "chunking_higgs_v3", "conversion.folders", "longform_higgs_v3", "sampling_higgs_v3",
+        "serving.audio", "serving.page", "serving.voices", "serving.worker",
     },
     "serving.audio": set(),
+    "serving.page": set(),
     "serving.server": {"cli.models", "serving.app"},
     "serving.voices": {"audio_io_higgs_v3"},
-    "serving.worker": {"longform_higgs_v3", "sampling_higgs_v3", "streaming_higgs_v3"},
+    "serving.worker": {"compat_higgs_v3", "longform_higgs_v3", "sampling_higgs_v3", "streaming_higgs_v3"},
     # Fine-tuning.
     "training.finetune": {
         "audio_io_higgs_v3", "cli.models", "conversion.folders", "conversion.repo", "generation_higgs_v3",
@@ -247,6 +248,8 @@ HUB_FEATURE_LINES = {
     "generate(batch_invariant=True): padded GEMM rows, padding-anchored attention, lone decodes": 97,
     "issue 33: transformers' common tests (the cache in generate's output, min_new_tokens, message objects and "
     "template variables in apply_chat_template, text decode, only the original ChatML replaced)": 104,
+    "issue 32: retries bounded (MAX_RETRIES)": 3,
+    "issue 32: a reference URL checked before any download, redirects to http(s) only and few, a deadline per call": 12,
 }
 HUB_MAX_LINES, HUB_MAX_RAISES = 4000 + sum(HUB_FEATURE_LINES.values()), 80
 CLASS_MAX_LINES = {("modeling_higgs_v3", "HiggsAudioV3ForConditionalGeneration"): 400,

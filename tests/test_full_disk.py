@@ -4,6 +4,7 @@ in one line naming what was written, where, the space needed (when known) and fr
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import re
 import subprocess
@@ -146,3 +147,38 @@ def test_audio_on_a_full_disk_names_the_file_and_keeps_the_old_one(small_disk):
     assert str(error.value) == (f"Could not write {str(disk / 'old.wav')!r} (No space left on device); the previous "
                                 "file, if any, is unchanged.")
     assert [p.name for p in disk.iterdir()] == ["old.wav"] and (disk / "old.wav").read_bytes() == before
+
+
+def test_a_voice_upload_on_a_full_disk_is_507_and_the_next_one_works(small_disk, tokenizer):
+    import io
+
+    import numpy as np
+    import soundfile
+    from fastapi.testclient import TestClient
+
+    from conftest import tiny_tts_model
+    from higgs_v3.processing_higgs_v3 import HiggsAudioV3Processor
+    from higgs_v3.serving.app import ServeSettings, create_app
+
+    disk = small_disk("64k")
+    filler = disk / "filler"
+    (disk / "voices").mkdir()
+    with open(filler, "wb", buffering=0) as out, contextlib.suppress(OSError):  # the disk, full
+        while True:
+            out.write(b"\0" * 4096)
+    model = tiny_tts_model(max_new_tokens=8)
+    processor = HiggsAudioV3Processor.from_model_config(tokenizer, model.config)
+    clip = io.BytesIO()
+    soundfile.write(clip, (np.sin(np.arange(24000) / 9) * 0.3).astype(np.float32), 24000, format="WAV")
+    upload = {"audio_sample": ("me.wav", clip.getvalue(), "audio/wav")}
+    with TestClient(create_app(model, processor, ServeSettings("tiny", disk / "voices"))) as client:
+        full = client.post("/v1/audio/voices", data={"name": "me"}, files=upload)
+        assert full.status_code == 507, full.text
+        error = full.json()["error"]
+        assert error["code"] == "insufficient_storage" and re.fullmatch(
+            r"No space left on device while writing voice 'me' \(it needs about [0-9.]+ KB, 0 bytes free there\); "
+            r"nothing was saved\. Free some space or start the server with a --voices-dir on another disk\.",
+            error["message"]), error["message"]
+        assert sorted(p.name for p in (disk / "voices").iterdir()) == []  # nothing half written
+        filler.unlink()
+        assert client.post("/v1/audio/voices", data={"name": "me"}, files=upload).status_code == 201

@@ -262,6 +262,63 @@ def test_url_refusals(processor, server, monkeypatch):
         processor(TEXT, reference=f"{server}/me.wav")
 
 
+class RedirectHandler(http.server.BaseHTTPRequestHandler):
+    """`/hop/N` redirects to `/hop/N-1` (`/hop/0` to the clip), `/ftp` to an ftp:// address."""
+
+    clip = b""
+
+    def do_GET(self):
+        if self.path.startswith("/hop/") and self.path != "/hop/0":
+            return self.redirect(f"/hop/{int(self.path[5:]) - 1}")
+        if self.path == "/ftp":
+            return self.redirect("ftp://127.0.0.1/me.wav")
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(self.clip)))
+        self.end_headers()
+        self.wfile.write(self.clip)
+
+    def redirect(self, location: str):
+        self.send_response(302)
+        self.send_header("Location", location)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_url_is_checked_before_any_download_and_redirects_stay_http_and_few(clip_file, monkeypatch):
+    started = []
+    monkeypatch.setattr(audio_io_higgs_v3, "_download", lambda *args: started.append(args))
+    for url, reason in [("http://[::1", "is not a valid URL (Invalid IPv6 URL)"),
+                        ("http://host:port/a.wav", "is not a valid URL (Port could not be cast to integer value as "
+                                                   "'port')"),
+                        ("http:///a.wav", "is not an http(s) address with a host"),
+                        ("ftp://host/a.wav", "is not an http(s) address with a host")]:
+        with pytest.raises(ValueError) as error:
+            audio_io_higgs_v3.fetch_audio_url(url)
+        assert str(error.value).startswith(f"Reference audio URL {url!r} {reason}"), error.value
+    assert started == []  # refused before any thread started
+    monkeypatch.undo()
+    RedirectHandler.clip = clip_file.read_bytes()
+    httpd = QuietServer(("127.0.0.1", 0), RedirectHandler)
+    threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    base = f"http://127.0.0.1:{httpd.server_address[1]}"
+    try:
+        assert audio_io_higgs_v3.fetch_audio_url(f"{base}/hop/5") == RedirectHandler.clip  # 5 redirects: followed
+        for path, reason in [("/hop/6", "more than 5 redirects, the most followed"),
+                             ("/ftp", "redirected to 'ftp://127.0.0.1/me.wav', which is not fetched: Reference audio "
+                                      "URL 'ftp://127.0.0.1/me.wav' is not an http(s) address with a host; only "
+                                      "those are fetched.")]:
+            with pytest.raises(ValueError) as error:
+                audio_io_higgs_v3.fetch_audio_url(base + path)
+            assert str(error.value) == (f"Could not fetch reference audio URL '{base}{path}' ({reason}); check the "
+                                        "address and the network, or download the clip and pass its file path.")
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
 # ----------------------------------------------------------------------------------------------- failure cases
 class DripHandler(http.server.BaseHTTPRequestHandler):
     """Announces 1000 bytes, then sends one every 0.1 s (a server that never gives up, and never finishes)."""
@@ -282,7 +339,7 @@ class DripHandler(http.server.BaseHTTPRequestHandler):
 def test_a_slow_drip_url_is_given_up_at_the_whole_downloads_deadline(processor, monkeypatch):
     """Each byte comes well within the per-operation timeout, so only the deadline of the whole download
     (`REFERENCE_URL_DEADLINE`, 0.5 s here) ends it: `processor(reference=url)`, the chat's `url` items, `--ref-audio`
-    and batch `reference` all read URLs through `audio_io_higgs_v3._fetch`, the one reader."""
+    and batch `reference` all read URLs through `audio_io_higgs_v3.fetch_audio_url`, the one reader."""
     httpd = QuietServer(("127.0.0.1", 0), DripHandler)
     threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     url = f"http://127.0.0.1:{httpd.server_address[1]}/drip.wav"

@@ -66,7 +66,7 @@ def speech(**fields) -> dict:
     (speech(input="<|emotion:nope|>Hi."), 400, "input", "Unknown control tag '<|emotion:nope|>' in input"),
     (speech(input=3), 400, "input", "'input': Input should be a valid string"),
     (speech(model="tts-1"), 404, "model", "model 'tts-1' is not served here; this server serves 'tiny'."),
-    ({"input": "Hi."}, 400, "model", "'model' is required."),
+    ({"input": "Hi."}, 400, "model", "'model' is required; POST /v1/audio/speech takes a JSON object with the fields model, input, voice"),
     (speech(voice="nobody"), 400, "voice", "voice 'nobody' is not a saved voice; saved here: default"),
     (speech(voice="../../etc/passwd"), 400, "voice", "voice name '../../etc/passwd' is not accepted"),
     (speech(response_format="aac"), 400, "response_format",
@@ -100,15 +100,20 @@ def test_bad_requests_get_an_openai_error_naming_the_field(served, body, status,
 
 def test_every_route_wants_the_key(served):
     client, _, _ = served
-    for method, path in [("get", "/health"), ("get", "/v1/models"), ("get", "/v1/audio/voices"),
-                         ("post", "/v1/audio/speech"), ("delete", "/v1/audio/voices/x")]:
+    for method, path in [("get", "/health"), ("get", "/v1/models"), ("get", "/v1/models/tiny"),
+                         ("get", "/v1/audio/voices"), ("post", "/v1/audio/speech"), ("post", "/v1/audio/voices"),
+                         ("delete", "/v1/audio/voices/x"), ("get", "/nowhere")]:
         for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "secret"}):
             found = error(getattr(client, method)(path, headers=headers), 401)
             assert found["code"] == "invalid_api_key"
     assert client.get("/v1/models", headers=KEY).json()["data"][0]["id"] == "tiny"
     assert error(client.post("/v1/audio/speech", content=b"{", headers={**KEY, "Content-Type": "application/json"}),
-                 400)["message"] == "The request body is not valid JSON."
-    assert error(client.get("/nowhere", headers=KEY), 404)["message"] == "Not Found"
+                 400)["message"].startswith("The request body is not valid JSON; POST /v1/audio/speech takes a JSON "
+                                            "object with the fields model, input, voice, ")
+    assert error(client.get("/nowhere", headers=KEY), 404)["message"].startswith(
+        "No route GET /nowhere here; this server serves POST /v1/audio/speech, WS /v1/audio/speech/stream, ")
+    for path in ("/", "/page.js"):  # the page asks for the key itself
+        assert client.get(path).status_code == 200
 
 
 def test_oversize_body_is_413_before_it_is_read(served):
@@ -144,14 +149,16 @@ def test_voices_are_saved_listed_used_and_deleted(served):
     client, model, processor = served
     clip = io.BytesIO()
     soundfile.write(clip, np.sin(np.arange(24000) / 9).astype(np.float32) * 0.3, 24000, format="WAV")
-    upload = {"audio": ("me.wav", clip.getvalue(), "audio/wav")}
+    upload = {"audio_sample": ("me.wav", clip.getvalue(), "audio/wav")}
     for name, status, param in [("../up", 400, "name"), ("default", 400, "name")]:
         assert error(client.post("/v1/audio/voices", data={"name": name}, files=upload, headers=KEY),
                      status)["param"] == param
-    bad = {"audio": ("me.wav", b"not audio", "audio/wav")}
-    assert error(client.post("/v1/audio/voices", data={"name": "me"}, files=bad, headers=KEY), 400)["param"] == "audio"
+    bad = {"audio_sample": ("me.wav", b"not audio", "audio/wav")}
+    assert error(client.post("/v1/audio/voices", data={"name": "me"}, files=bad, headers=KEY),
+                 400)["param"] == "audio_sample"
     made = client.post("/v1/audio/voices", data={"name": "me", "transcript": "Hi."}, files=upload, headers=KEY)
     assert made.status_code == 201 and made.json()["name"] == "me" and made.json()["transcript"] == "Hi."
+    assert made.json()["object"] == "audio.voice" and made.json()["id"] == "me"
     again = client.post("/v1/audio/voices", data={"name": "me"}, files=upload, headers=KEY)
     assert error(again, 409)["param"] == "name"
     assert client.get("/v1/audio/voices", headers=KEY).json() == {"voices": ["default", "me"]}
@@ -163,8 +170,9 @@ def test_voices_are_saved_listed_used_and_deleted(served):
     expected = io.BytesIO()
     soundfile.write(expected, out.audio[0].numpy(), 24000, format="RAW", subtype="PCM_16", endian="LITTLE")
     assert spoken.content == expected.getvalue()
-    assert client.delete("/v1/audio/voices/me", headers=KEY).json()["deleted"] is True
-    assert error(client.delete("/v1/audio/voices/me", headers=KEY), 404)["param"] == "name"
+    assert client.delete("/v1/audio/voices/me", headers=KEY).json() == {"id": "me", "object": "audio.voice.deleted",
+                                                                         "deleted": True}
+    assert error(client.delete("/v1/audio/voices/me", headers=KEY), 404)["param"] == "voice_id"
 
 
 def test_a_full_queue_is_503_with_retry_after(served):
@@ -435,7 +443,7 @@ def test_two_uploads_of_one_name_at_once_are_201_then_409(served, monkeypatch):
 
     monkeypatch.setattr(service, "encode_voice", encode_voice)
     statuses = []
-    upload = {"audio": ("me.wav", b"clip", "audio/wav")}
+    upload = {"audio_sample": ("me.wav", b"clip", "audio/wav")}
     post = lambda: statuses.append(client.post("/v1/audio/voices", data={"name": "twin"}, files=upload,
                                                headers=KEY).status_code)
     threads = [threading.Thread(target=post) for _ in range(2)]
@@ -541,3 +549,152 @@ def test_shutdown_cuts_what_the_worker_still_holds_and_says_so(served, caplog):
     assert [type(result).__name__ for result in results] == ["ShutdownCut", "ShutdownCut"]
     assert "Shutdown: 2 chunk(s) cut unspoken (queued or being generated)" in caplog.text
     assert service.worker.free == 2
+
+
+def test_the_key_is_checked_before_any_body_is_read_and_a_stalled_body_is_408(served):
+    import asyncio
+
+    from higgs_v3.serving.app import _BodyLimit
+
+    client, _, _ = served
+    received, sent = [], []
+
+    async def receive():  # a body that never comes
+        received.append(1)
+        await asyncio.Event().wait()
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/audio/voices", "headers": [
+        (b"content-type", b"multipart/form-data; boundary=x"), (b"content-length", b"1000")], "query_string": b""}
+    asyncio.run(client.app.middleware_stack(scope, receive, send))  # the app as uvicorn calls it
+    assert received == [] and sent[0]["status"] == 401  # refused before the body was asked for
+
+    async def body_reader(scope, receive, send):  # a route that reads the whole body
+        from starlette.requests import Request
+        from starlette.responses import Response
+
+        await Response(await Request(scope, receive).body())(scope, receive, send)
+
+    pieces = iter([{"type": "http.request", "body": b"123456789", "more_body": True}])
+
+    async def stalling():  # 9 of the announced 1000 bytes, then nothing
+        if (piece := next(pieces, None)) is not None:
+            return piece
+        await asyncio.Event().wait()
+
+    sent.clear()
+    asyncio.run(_BodyLimit(body_reader, 10_000, gap=0.01, deadline=60)(scope, stalling, send))
+    assert sent[0]["status"] == 408 and len(sent) == 2
+    found = json.loads(sent[1]["body"])["error"]
+    assert found["code"] == "request_timeout" and found["message"] == (
+        "The request body did not come in time (9 bytes came; a server waits 0.01 s at most for each piece and 60 s "
+        "for the whole body); send it whole, without pauses.")
+
+
+TAKES = ("POST /v1/audio/voices takes multipart/form-data with the fields name (the voice's name), audio_sample (the "
+         "clip, a file), consent (optional, recorded), type (optional, 'audio_sample'), transcript (optional, the "
+         "clip's words)")
+
+
+def test_voice_upload_refusals_name_the_field_and_what_is_accepted(served):
+    client, _, _ = served
+    clip = {"audio_sample": ("me.wav", b"RIFF", "audio/wav")}
+    whole = client.build_request("POST", "/v1/audio/voices", data={"name": "me"}, files=clip, headers=KEY)
+    body, content_type = whole.read(), whole.headers["content-type"]
+    cases = [
+        (dict(json={"name": "me", "audio_sample": "x"}), None,
+         f"{TAKES}; got Content-Type 'application/json' (only multipart carries the audio file)."),
+        (dict(content=b"", headers={"Content-Type": content_type}), None, f"The request body is empty; {TAKES}."),
+        (dict(content=body[:-30], headers={"Content-Type": content_type}), None,
+         f"The multipart body ends before its closing boundary (cut short?); {TAKES}."),
+        (dict(data={"name": "me"}, files={"audio": ("me.wav", b"RIFF", "audio/wav")}), "audio",
+         f"Unknown field 'audio'; {TAKES}."),
+        (dict(files={"name": (None, "me")}), "audio_sample", f"'audio_sample' is required; {TAKES}."),
+        (dict(files={"name": (None, "me"), "audio_sample": (None, "x")}), "audio_sample",
+         f"'audio_sample' must be a file; {TAKES}."),
+        (dict(data={"name": "me"}), None, f"{TAKES}; got Content-Type 'application/x-www-form-urlencoded' (only "
+                                          "multipart carries the audio file)."),
+        (dict(data={"name": "me", "type": "prompt"}, files=clip), "type",
+         "type 'prompt' is not offered here: this server makes a voice from an audio sample only; accepted: "
+         "'audio_sample' (the default)."),
+    ]
+    for request, param, message in cases:
+        found = error(client.post("/v1/audio/voices", **{**request, "headers": {**KEY, **request.get("headers", {})}}),
+                      400)
+        assert (found["param"], found["message"]) == (param, message)
+    empty = error(client.post("/v1/audio/speech", content=b"", headers={**KEY, "Content-Type": "application/json"}),
+                  400)
+    assert empty["message"].startswith("The request body is empty; POST /v1/audio/speech takes a JSON object with the "
+                                       "fields model, input, voice, ") and empty["param"] is None
+    assert error(client.post("/v1/audio/speech", json=[1], headers=KEY), 400)["message"].startswith(
+        "The request body is a JSON list, not an object; POST /v1/audio/speech takes a JSON object")
+    with client.websocket_connect("/v1/audio/speech/stream?speed=1", headers=KEY) as websocket:
+        found = json.loads(websocket.receive_text())["error"]
+    assert (found["param"], found["message"]) == ("speed", "Unknown query parameter 'speed'; the stream takes voice, "
+                                                  "seed, temperature, top_p, top_k, max_seconds, instructions.")
+    assert client.get("/v1/models/tiny", headers=KEY).json() == {"id": "tiny", "object": "model", "created": 0,
+                                                                 "owned_by": "higgs-v3"}
+    found = error(client.get("/v1/models/tts-1", headers=KEY), 404)
+    assert found == {"message": "model 'tts-1' is not served here; this server serves 'tiny'.", "type":
+                     "invalid_request_error", "param": "model", "code": "model_not_found"}
+
+
+def test_a_full_disk_on_a_voice_upload_is_507_and_leaves_nothing(served, monkeypatch):
+    import errno
+
+    import safetensors.torch
+
+    client, _, _ = served
+    folder = client.app.state.service.voices.folder
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(safetensors.torch, "save_file", full)
+    clip = io.BytesIO()
+    soundfile.write(clip, np.sin(np.arange(24000) / 9).astype(np.float32) * 0.3, 24000, format="WAV")
+    before = sorted(folder.iterdir())
+    found = error(client.post("/v1/audio/voices", data={"name": "full"}, headers=KEY,
+                              files={"audio_sample": ("me.wav", clip.getvalue(), "audio/wav")}), 507)
+    assert found["code"] == "insufficient_storage" and found["type"] == "server_error"
+    assert found["message"].startswith("No space left on device while writing voice 'full' (it needs about ")
+    assert found["message"].endswith("free there); nothing was saved. Free some space or start the server with a "
+                                     "--voices-dir on another disk.")
+    assert sorted(folder.iterdir()) == before
+
+
+def test_url_references_are_fetched_on_their_own_bounded_threads(served, monkeypatch):
+    from higgs_v3.serving import app as app_module
+
+    client, _, _ = served
+    settings = client.app.state.service.settings
+    monkeypatch.setattr(settings, "allow_url_references", True)
+    monkeypatch.setattr(settings, "url_fetch_workers", 1)
+    bad = error(client.post("/v1/audio/speech", json=speech(reference_audio="http://[::1"), headers=KEY), 400)
+    assert (bad["param"], bad["message"]) == ("reference_audio", "Reference audio URL 'http://[::1' is not a valid URL "
+                                              "(Invalid IPv6 URL); give an http(s) address of an audio file.")
+    started, release, threads = threading.Event(), threading.Event(), []
+
+    def slow_fetch(url, deadline):
+        threads.append(threading.current_thread().name)
+        started.set()
+        release.wait(30)
+        raise ValueError(f"Could not fetch reference audio URL {url!r} (HTTP 404 Not Found); check the address.")
+
+    monkeypatch.setattr(app_module, "fetch_audio_url", slow_fetch)
+    url, answers = "http://127.0.0.1:9/me.wav", {}
+    first = threading.Thread(target=lambda: answers.setdefault("first", client.post(
+        "/v1/audio/speech", json=speech(reference_audio=url), headers=KEY)))
+    first.start()
+    assert started.wait(30)
+    busy = error(client.post("/v1/audio/speech", json=speech(reference_audio=url), headers=KEY), 503)
+    assert busy["message"].startswith("The server is fetching 1 reference URLs already, the most at once; retry")
+    plain = client.post("/v1/audio/speech", json=speech(response_format="pcm"), headers=KEY)
+    assert plain.status_code == 200  # not behind the fetch
+    release.set()
+    first.join(30)
+    found = error(answers["first"], 400)
+    assert found["param"] == "reference_audio" and url in found["message"] and "uploaded clip" not in found["message"]
+    assert threads == ["higgs-v3-url_0"]

@@ -5,6 +5,7 @@ compared with `model.generate` (and `processor.synthesize_stream`) in this proce
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import os
@@ -214,11 +215,212 @@ def test_text_stream_speaks_sentence_one_before_sentence_ten_arrives(server, loc
     assert len(audio) == len(expected) and np.abs(audio.astype(int) - expected).max() <= 1
 
 
+# ------------------------------------------------------------------------------------------------ the page, a browser
+def _chromium():
+    """Debian's chromium, headless, driven by Selenium through Debian's chromedriver (`.ci/install_browser.sh`)."""
+    import shutil
+
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    binary, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    if not (binary and driver):
+        pytest.fail("The page's browser test needs Debian's chromium and chromedriver: bash .ci/install_browser.sh "
+                    "(apt-get install chromium chromium-driver).", pytrace=False)
+    options = webdriver.ChromeOptions()
+    options.binary_location = binary
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                     "--autoplay-policy=no-user-gesture-required", "--mute-audio"):
+        options.add_argument(argument)
+    return webdriver.Chrome(options=options, service=Service(driver))
+
+
+def test_the_page_speaks_in_a_browser_and_asks_for_the_key(server):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    text, seed = "Hello from the page.", 5
+    events = httpx.post(f"{server.url}/v1/audio/speech", headers=HEADERS, timeout=60, json={
+        "model": "tiny", "input": text, "response_format": "pcm", "stream_format": "sse", "seed": seed}).text
+    samples = json.loads(events.strip().splitlines()[-1][6:])["usage"]["output_tokens"]
+    browser = _chromium()
+    try:
+        state = lambda: browser.execute_script("return window.higgs")
+        until = lambda *states: WebDriverWait(browser, 60, 0.05).until(lambda _: state()["state"] in states) and state()
+        browser.get(f"{server.url}/")
+        assert until("needs-key")["message"] == "This server wants an API key: enter it once above."
+        browser.find_element(By.ID, "speak").click()  # no key: refused on the page, nothing sent
+        assert until("refused")["message"] == "This server wants an API key: enter it once above, then press speak."
+        browser.find_element(By.ID, "key").send_keys("wrong")
+        browser.find_element(By.ID, "use-key").click()
+        WebDriverWait(browser, 30, 0.05).until(lambda _: "refused" in state()["message"])
+        browser.find_element(By.ID, "key").clear()
+        browser.find_element(By.ID, "key").send_keys(KEY)
+        browser.find_element(By.ID, "use-key").click()
+        assert until("ready")["model"] == "tiny"
+        browser.find_element(By.ID, "text").clear()
+        browser.find_element(By.ID, "text").send_keys(text)
+        browser.find_element(By.ID, "seed").send_keys(str(seed))
+        browser.find_element(By.ID, "speak").click()
+        done = until("done", "error", "refused")
+        assert done["state"] == "done", done
+        assert abs(done["scheduledSeconds"] - samples / 24000) < 1e-6 and done["deltas"] >= 1  # every sample scheduled
+        assert done["message"].startswith(f"Done: {samples / 24000:.2f} s of audio")
+        browser.find_element(By.ID, "text").clear()
+        browser.find_element(By.ID, "text").send_keys("<|emotion:happy|>Hi.")
+        browser.find_element(By.ID, "speak").click()
+        refused = until("refused", "error")
+        assert refused["message"].startswith("Refused: Unknown control tag '<|emotion:happy|>' in input"), refused
+        assert browser.find_element(By.ID, "status").text == refused["message"]  # shown in words
+    finally:
+        browser.quit()
+
+
+# ------------------------------------------------------------------------------------------ the reverse proxy, nginx
+PROXY_EDITS = {"listen 8080;": "listen {proxy};", "127.0.0.1:8000": "127.0.0.1:{server}",
+               "client_header_timeout 10s;": "client_header_timeout 1s;", "client_body_timeout 10s;":
+               "client_body_timeout 1s;"}
+"""What the test changes in docs/SERVING.md's nginx configuration: its ports, and 1 s deadlines (for a short test)."""
+
+
+def test_the_documented_nginx_configuration_cuts_off_trickling_clients(server, tmp_path):
+    import re
+    import shutil
+
+    nginx = shutil.which("nginx") or shutil.which("nginx", path="/usr/sbin")
+    if nginx is None:
+        pytest.skip("nginx is not installed (bash .ci/install_browser.sh: apt-get install nginx)")
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "SERVING.md").read_text()
+    blocks = re.findall(r"```nginx\n(.*?)```", docs, re.S)
+    assert len(blocks) == 1, "docs/SERVING.md shows one nginx configuration"
+    config, proxy = blocks[0], free_port()
+    for old, new in PROXY_EDITS.items():
+        assert config.count(old) >= 1, old
+        config = config.replace(old, new.format(proxy=proxy, server=server.port))
+    temp = {name: tmp_path / name for name in ("body", "proxy", "fastcgi", "uwsgi", "scgi")}
+    (tmp_path / "nginx.conf").write_text(
+        f"worker_processes 1;\npid {tmp_path}/nginx.pid;\nerror_log stderr warn;\nevents {{ worker_connections 64; }}\n"
+        f"http {{\naccess_log off;\n" + "".join(f"{name}_temp_path {path};\n" if name != "body" else
+                                               f"client_body_temp_path {path};\n" for name, path in temp.items())
+        + config + "}\n")
+    process = subprocess.Popen([nginx, "-p", str(tmp_path), "-c", str(tmp_path / "nginx.conf"), "-g", "daemon off;"],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{proxy}"
+    try:
+        for _ in range(100):
+            try:
+                models = httpx.get(f"{url}/v1/models", headers=HEADERS, timeout=5)
+                break
+            except httpx.TransportError:
+                assert process.poll() is None, process.stdout.read()
+                time.sleep(0.05)
+        assert models.json()["data"][0]["id"] == "tiny"
+        body = {"model": "tiny", "input": "Through the proxy.", "response_format": "pcm", "seed": 2, "retries": 0}
+        direct = httpx.post(f"{server.url}/v1/audio/speech", headers=HEADERS, json=body, timeout=60).content
+        assert httpx.post(f"{url}/v1/audio/speech", headers=HEADERS, json=body, timeout=60).content == direct
+        with httpx.stream("POST", f"{url}/v1/audio/speech", headers=HEADERS, timeout=60,
+                          json={**body, "stream_format": "audio"}) as streamed:  # not buffered by the proxy
+            assert b"".join(streamed.iter_bytes()) == direct
+        from websockets.sync.client import connect
+
+        with connect(f"ws://127.0.0.1:{proxy}/v1/audio/speech/stream?seed=2", additional_headers=HEADERS) as socket_:
+            socket_.send("Hi there.")
+            socket_.send("")
+            while isinstance(frame := socket_.recv(timeout=60), bytes):
+                pass
+        assert json.loads(frame)["type"] == "speech.done"
+        for request, pieces in [(b"GET /health HTTP/1.1\r\nHost: x\r\n", [b"X-Slow: ", b"a", b"b", b"c"] * 5),
+                                (b"POST /v1/audio/speech HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode()
+                                 + b"\r\nContent-Length: 1000\r\n\r\n123456789", [])]:
+            started = time.monotonic()
+            with socket.create_connection(("127.0.0.1", proxy), timeout=10) as connection:
+                connection.sendall(request)
+                answer = b""
+                for piece in pieces:  # a header trickled, a piece every 0.3 s: cut off at the 1 s deadline
+                    time.sleep(0.3)
+                    try:
+                        connection.sendall(piece)
+                    except OSError:
+                        break
+                with contextlib.suppress(OSError):
+                    while chunk := connection.recv(4096):
+                        answer += chunk
+            assert time.monotonic() - started < 5, request  # closed by the proxy, not after the 6 s of trickling
+            assert answer == b"" or answer.startswith(b"HTTP/1.1 408"), answer[:200]
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+@pytest.mark.filterwarnings("ignore:deprecated:DeprecationWarning")  # the client deprecates translations.create
+def test_every_audio_and_models_call_of_the_openai_client(server):
+    """Each call of the installed `openai` package that touches audio or models, against the server: what it serves
+    answers as OpenAI's objects; what it does not (speech-to-text, consent recordings, deleting a model, a voice from a
+    prompt) is a refusal that names what is served. A new call in a newer client fails this test until it is here."""
+    client = server.client()
+    clip = io.BytesIO()
+    soundfile.write(clip, (np.sin(np.arange(36000) / 7) * 0.3).astype(np.float32), 24000, format="WAV")
+    wav = ("oa.wav", clip.getvalue(), "audio/wav")
+    served = "here; this server serves POST /v1/audio/speech, WS /v1/audio/speech/stream, "
+    calls = {
+        "audio.speech.create": lambda: client.audio.speech.create(model="tiny", input="Hi.", voice="default",
+                                                                  response_format="wav", extra_body={"seed": 1}),
+        "audio.voices.create": lambda: client.audio.voices.create(name="oa", audio_sample=wav, consent="cons_123",
+                                                                  extra_body={"transcript": "Hi there."}),
+        "audio.voices.delete": lambda: client.audio.voices.delete("oa"),
+        "audio.transcriptions.create": lambda: client.audio.transcriptions.create(model="whisper-1", file=wav),
+        "audio.translations.create": lambda: client.audio.translations.create(model="whisper-1", file=wav),
+        "audio.voice_consents.create": lambda: client.audio.voice_consents.create(name="me", language="en",
+                                                                                  recording=wav),
+        "audio.voice_consents.retrieve": lambda: client.audio.voice_consents.retrieve("cons_123"),
+        "audio.voice_consents.update": lambda: client.audio.voice_consents.update("cons_123", name="me"),
+        "audio.voice_consents.list": lambda: client.audio.voice_consents.list(),
+        "audio.voice_consents.delete": lambda: client.audio.voice_consents.delete("cons_123"),
+        "models.list": lambda: client.models.list(),
+        "models.retrieve": lambda: client.models.retrieve("tiny"),
+        "models.delete": lambda: client.models.delete("tiny"),
+    }
+    offered = {f"{group}.{name}" for group, owner in [("models", client.models), *(
+        (f"audio.{part}", getattr(client.audio, part)) for part in dir(client.audio) if not part.startswith(("_",
+                                                                                                             "with_")))]
+               for name in dir(owner) if not name.startswith(("_", "with_"))}
+    assert offered == set(calls)
+    answers = {}
+    for name, call in calls.items():
+        try:
+            answers[name] = call()
+        except openai.APIStatusError as error:
+            answers[name] = error
+    assert decoded(answers["audio.speech.create"].content, "wav").size > 0
+    voice = answers["audio.voices.create"]
+    assert (voice.id, voice.name, voice.object, voice.type) == ("oa", "oa", "audio.voice", "audio_sample")
+    assert voice.model_extra["transcript"] == "Hi there." and voice.model_extra["consent"] == "cons_123"
+    deleted = answers["audio.voices.delete"]
+    assert (deleted.id, deleted.object, deleted.deleted) == ("oa", "audio.voice.deleted", True)
+    assert [model.id for model in answers["models.list"]] == ["tiny"]
+    assert (answers["models.retrieve"].id, answers["models.retrieve"].object) == ("tiny", "model")
+    for name in set(calls) - {"audio.speech.create", "audio.voices.create", "audio.voices.delete", "models.list",
+                              "models.retrieve"}:
+        refusal = answers[name]  # 404, or 405 for a path served with another method (DELETE /v1/models/tiny)
+        assert isinstance(refusal, openai.APIStatusError) and refusal.status_code in (404, 405), (name, refusal)
+        assert served in refusal.body["message"] and refusal.body["code"] == "unknown_route", (name, refusal.body)
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.models.retrieve("tts-1")
+    assert missing.value.body == {"message": "model 'tts-1' is not served here; this server serves 'tiny'.",
+                                  "type": "invalid_request_error", "param": "model", "code": "model_not_found"}
+    with pytest.raises(openai.BadRequestError) as prompt:
+        client.audio.voices.create(name="oa", prompt="A calm voice.", type="prompt")
+    assert prompt.value.body["param"] == "type", prompt.value.body
+    with pytest.raises(openai.NotFoundError) as gone:
+        client.audio.voices.delete("oa")
+    assert gone.value.body["param"] == "voice_id"
+
+
 def test_sigterm_drains_and_a_killed_server_restarts_with_its_voices(server, tiny_random_repo, voices_dir):
     clip = io.BytesIO()
     soundfile.write(clip, (np.sin(np.arange(36000) / 7) * 0.3).astype(np.float32), 24000, format="WAV")
     made = httpx.post(f"{server.url}/v1/audio/voices", headers=HEADERS, data={"name": "ann", "transcript": "Hi."},
-                      files={"audio": ("ann.wav", clip.getvalue(), "audio/wav")}, timeout=60)
+                      files={"audio_sample": ("ann.wav", clip.getvalue(), "audio/wav")}, timeout=60)
     assert made.status_code == 201, made.text
     body = {"model": "tiny", "input": "Spoken by Ann.", "voice": "ann", "response_format": "wav", "seed": 4}
     before = httpx.post(f"{server.url}/v1/audio/speech", headers=HEADERS, json=body, timeout=60).content
