@@ -113,8 +113,13 @@ class HiggsAudioV3ForConditionalGeneration(HiggsAudioV3PreTrainedModel, HiggsAud
         self.num_codebooks = config.num_codebooks
         self.codebook_size = config.codebook_size
         self.codec = None if config.codec_config is None else HiggsAudioV3Codec.from_codec_config(config.codec_config)
-        if self.codec is None:  # *** Higgs v3 specific: no codec, nothing to keep in fp32 (read by `post_init`) ***
+        # *** Higgs v3 specific: the fp32 lists `post_init` reads. No codec: nothing to keep. A quantized load (the
+        # loader sets `config.quantization_config` first): transformers' quantizers leave unquantized only what
+        # `_keep_in_fp32_modules` names, so the codec is named there too ***
+        if self.codec is None:
             self._keep_in_fp32_modules_strict = []
+        elif getattr(config, "quantization_config", None) is not None:
+            self._keep_in_fp32_modules = ["codec"]
         self.post_init()
         self.generation_config = default_generation_config(config)
 
