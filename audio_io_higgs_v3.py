@@ -301,6 +301,56 @@ def load_reference(
     return ReferenceClip(prepare_reference_waveform(audio, rate, target_sampling_rate, where=where), text)
 
 
+def current_umask() -> int:
+    """The process's umask (read from `/proc/self/status` where Linux has it, else set and restored at once)."""
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        status = Path("/proc/self/status").read_text().splitlines()
+        return int(next(line for line in status if line.startswith("Umask:")).split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def follow_umask(path: str | os.PathLike) -> None:
+    """Give the file `path` (or every file and folder under the folder `path`) the permissions a new file gets under the
+    umask (0644 files and 0755 folders under umask 022), as `open` and `mkdir` would have. Writers that go through a
+    private temporary file (safetensors' `save_file`, hence `save_pretrained`) leave mode 0600, which another user (a
+    service account serving the model) cannot read. Bits already set are kept; nothing is narrowed."""
+    path, mask = Path(path), current_umask()
+    for entry in (path, *path.rglob("*")) if path.is_dir() else (path,):
+        if entry.is_symlink():
+            continue
+        wanted = (0o777 if entry.is_dir() else 0o666) & ~mask
+        mode = entry.stat().st_mode & 0o7777
+        if mode | wanted != mode:
+            os.chmod(entry, mode | wanted)
+
+
+def permission_problem(path: str | os.PathLike) -> PermissionError | None:
+    """A `PermissionError` that says so when the existing file `path` cannot be opened for reading by this process
+    (some readers, safetensors' among them, report that as a missing file or a damaged one), else None."""
+    path = Path(path)
+    try:
+        with open(path, "rb"):
+            return None
+    except PermissionError:
+        info = path.stat()
+        return PermissionError(
+            f"Permission denied reading {str(path)!r} (mode {info.st_mode & 0o777:04o}, owner uid {info.st_uid}): this "
+            "user cannot read it. Make it readable (chmod a+r, or write it under umask 022) or run as its owner.")
+    except OSError:
+        return None
+
+
+def first_permission_problem(folder: str | os.PathLike) -> PermissionError | None:
+    """`permission_problem` of the first unreadable file directly in `folder` (None when all can be read)."""
+    with contextlib.suppress(OSError):
+        for path in sorted(Path(folder).iterdir()):
+            if path.is_file() and (problem := permission_problem(path)) is not None:
+                return problem
+    return None
+
+
 @contextlib.contextmanager
 def atomic_output(path: str | os.PathLike) -> Iterator[Path]:
     """THE atomic file writer: a temporary path beside `path` (hidden name, same suffix), flushed to disk and renamed
@@ -316,6 +366,7 @@ def atomic_output(path: str | os.PathLike) -> Iterator[Path]:
         yield temporary
         with open(temporary, "rb+") as written:
             os.fsync(written.fileno())
+        follow_umask(temporary)
         os.replace(temporary, path)
     except BaseException as error:
         with contextlib.suppress(OSError):
@@ -613,10 +664,14 @@ __all__ = [
     "audio_html",
     "check_audio_output",
     "check_length",
+    "current_umask",
+    "first_permission_problem",
+    "follow_umask",
     "is_audio_url",
     "is_clip",
     "length_problem",
     "load_reference",
+    "permission_problem",
     "prepare_reference_waveform",
     "save_audio",
 ]

@@ -234,6 +234,11 @@ def load_model(path: Path, device: str, dtype: str):
     try:
         model = HiggsAudioV3ForConditionalGeneration.from_pretrained(str(path), dtype=dtype)
     except Exception as error:
+        from ..audio_io_higgs_v3 import first_permission_problem
+
+        if isinstance(error, OSError | ValueError) or type(error).__name__ == "SafetensorError":
+            if (problem := first_permission_problem(path)) is not None:  # safetensors calls it a missing file
+                raise problem from error
         if type(error).__name__ != "SafetensorError":  # safetensors' own error for a truncated or foreign file
             raise
         reason = " ".join(str(error).split())

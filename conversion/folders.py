@@ -40,7 +40,7 @@ from pathlib import Path
 
 from transformers.utils import logging
 
-from ..audio_io_higgs_v3 import atomic_output
+from ..audio_io_higgs_v3 import atomic_output, follow_umask
 from .original_format import ConversionError
 
 
@@ -260,6 +260,7 @@ def staged_folder(output: Path, kind: str, *, overwrite: bool = True, needed: in
         if not overwrite and output.is_dir() and any(output.iterdir()):
             raise ConversionError(f"The output folder {str(output)!r} became non-empty during the "
                                   f"{STAGING_KINDS[kind]}; not replacing it.")
+        follow_umask(staging)  # safetensors' writer leaves 0600: another user could not load the output
         swap_into_place(staging, output)
     except BaseException as error:
         full = not isinstance(error, KeyboardInterrupt) and is_disk_full(error, staging)

@@ -421,6 +421,10 @@ def read_header(path: Path) -> dict[str, SourceTensor]:
             slices = {name: f.get_slice(name) for name in f.keys()}
             return {name: SourceTensor(name, path, s.get_dtype(), tuple(s.get_shape())) for name, s in slices.items()}
     except Exception as error:  # safetensors raises its own error type (and OSError for I/O problems)
+        from ..audio_io_higgs_v3 import permission_problem
+
+        if (problem := permission_problem(path)) is not None:  # safetensors calls it a missing or damaged file
+            raise problem from error
         raise ConversionError(
             f"{str(path)!r} is not a valid safetensors file ({error}). It is probably truncated or corrupted: "
             "download it again."

@@ -41,7 +41,7 @@ import torch
 from transformers import PrinterCallback, TrainerCallback
 from transformers.utils import logging
 
-from ..audio_io_higgs_v3 import atomic_output
+from ..audio_io_higgs_v3 import atomic_output, follow_umask
 from ..generation_higgs_v3 import MAX_POSITIONS
 from ..conversion.folders import check_complete, staged_folder, write_complete
 
@@ -691,7 +691,9 @@ class CheckpointMarker(TrainerCallback):
 
     def on_save(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
-            write_complete(Path(args.output_dir) / f"checkpoint-{state.global_step}", checksums=False)  # sizes
+            checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            follow_umask(checkpoint)  # Trainer saves with safetensors, which leaves 0600
+            write_complete(checkpoint, checksums=False)  # sizes
 
 
 def resume_checkpoint(output: str | os.PathLike) -> tuple[Path, list[str]]:
