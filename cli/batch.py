@@ -620,7 +620,7 @@ def _take_options(args, model) -> dict:
     if getattr(args, "verify", None):
         from ..evaluation.scoring import load_asr
 
-        options |= {"verify": load_asr(args.verify, str(model.device)), "max_wer": args.max_wer}
+        options |= {"verify": load_asr(args.verify, str(model.device), "--verify"), "max_wer": args.max_wer}
     return options
 
 

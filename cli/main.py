@@ -776,7 +776,7 @@ class SpeakRequest:
         if self.verify:
             from ..evaluation.scoring import load_asr
 
-            options |= {"verify": load_asr(self.verify, str(model.device)), "max_wer": self.max_wer}
+            options |= {"verify": load_asr(self.verify, str(model.device), "--verify"), "max_wer": self.max_wer}
         if self.dialogue:
             return longform.synthesize_dialogue(model, processor, self.text, self.voices, auto_voices=self.auto_voices,
                                                 **options)
