@@ -530,8 +530,9 @@ def synthesize_stream(
     verify=None, max_wer: float = 0.5, normalize: str | None = None, **generate_kwargs,
 ) -> Iterator[torch.FloatTensor]:
     """Speak a text while it is still arriving (`pieces`: an LLM's deltas): each sentence is spoken as soon as it is
-    complete (`stream_sentences`; a long one cut with `split_text`), and its waveform yielded (CPU float32 `[samples]`),
-    `pause_seconds` of silence before every one but the first. Chunk `k` uses seed `seed + k`; without `reference`, the
+    complete (`stream_sentences`; a long one cut with `split_text` once it holds more than `max_chars`, as the
+    WebSocket's cutter cuts it, so the text held and the work per piece stay bounded), and its waveform yielded (CPU
+    float32 `[samples]`), `pause_seconds` of silence before every one but the first. Chunk `k` uses seed `seed + k`; without `reference`, the
     first chunk becomes the voice of the rest, as in `synthesize_long`, whose other options these are (a bad take is
     redone before its sentence is yielded; `normalize` applies to each sentence)."""
     synthesizer = _Synthesizer(model, processor, pause_seconds=pause_seconds, batch_size=1, seed=seed,
@@ -539,7 +540,7 @@ def synthesize_stream(
                                retries=retries, seconds_per_char=seconds_per_char, verify=verify, max_wer=max_wer)
     voice = None if reference is None else resolve_voice(model, processor, reference, reference_text, sampling_rate)
     index = 0
-    for sentence in stream_sentences(pieces):
+    for sentence in stream_sentences(pieces, max_chars):  # bounded: a sentence without an end is cut at max_chars
         sentence = normalize_text(processor.check_text(sentence, f"sentence {index + 1} of the stream"), normalize)
         for text in split_text(sentence, max_chars):
             chunk = synthesizer._run([SpeechJob(text, index)], {None: voice}, None)[index]
