@@ -71,6 +71,19 @@ def write_tiny_random(directory: str | os.PathLike, seed: int = 0, with_codec: b
     return Path(directory)
 
 
+def check_tiny_random_target(target: Path, stamp: Path) -> None:
+    """The demo model is (re)built into `target` only when it is absent, empty, or a demo model built before (`stamp`
+    in it): a file or another folder named by `HIGGS_V3_TINY_RANDOM` is refused, untouched (a rebuild replaces it)."""
+    named = "$HIGGS_V3_TINY_RANDOM" if os.environ.get("HIGGS_V3_TINY_RANDOM") else "The tiny random model's folder"
+    if target.exists() and not target.is_dir():
+        raise ValueError(f"{named} ({str(target)!r}) is a file; it must name a folder for the tiny random demo model "
+                         "(absent, empty, or built there before). The file was left as it is.")
+    if target.is_dir() and not stamp.is_file() and any(target.iterdir()):
+        raise ValueError(f"{named} ({str(target)!r}) is a folder that holds something else than the tiny random demo "
+                         "model; name an absent or empty folder (building the model there would replace it). The "
+                         "folder was left as it is.")
+
+
 def ensure_tiny_random(log=None) -> Path:
     """The tiny random demo model, built once into `tiny_random_dir()` (rebuilt when this package's code changed), with
     `conversion.folders.staged_folder` (so no process ever sees half a model) under a lock on its parent folder (so
@@ -85,9 +98,11 @@ def ensure_tiny_random(log=None) -> Path:
 
     if current():
         return target
+    check_tiny_random_target(target, stamp)
     with folder_lock(target.parent):
         if current():  # built by a concurrent run while this one waited
             return target
+        check_tiny_random_target(target, stamp)
         if log is not None:
             log(f"Building the tiny random demo model in {target} (once; a few seconds)...")
         with staged_folder(target, "building") as staging:
@@ -254,6 +269,7 @@ __all__ = [
     "auto_dtype",
     "cache_dir",
     "check_generation_config",
+    "check_tiny_random_target",
     "ensure_tiny_random",
     "load_model",
     "load_processor",

@@ -446,6 +446,24 @@ def test_tiny_random_is_built_once(cache, monkeypatch):
     assert tiny_random_dir() == cache / "elsewhere"
 
 
+def test_tiny_random_refuses_a_file_or_another_folder_untouched(monkeypatch, tmp_path):
+    (tmp_path / "notes.txt").write_text("my notes")
+    (tmp_path / "documents").mkdir()
+    (tmp_path / "documents" / "letter.txt").write_text("a letter")
+    for name, what in [("notes.txt", "is a file; it must name a folder for the tiny random demo model (absent, empty, "
+                                     "or built there before). The file was left as it is."),
+                       ("documents", "is a folder that holds something else than the tiny random demo model; name an "
+                                     "absent or empty folder (building the model there would replace it). The folder "
+                                     "was left as it is.")]:
+        monkeypatch.setenv("HIGGS_V3_TINY_RANDOM", str(tmp_path / name))
+        with pytest.raises(ValueError) as raised:
+            ensure_tiny_random()
+        assert str(raised.value) == f"$HIGGS_V3_TINY_RANDOM ({str(tmp_path / name)!r}) {what}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["documents", "notes.txt"]
+    assert (tmp_path / "notes.txt").read_text() == "my notes"
+    assert [p.name for p in (tmp_path / "documents").iterdir()] == ["letter.txt"]
+
+
 @pytest.mark.integration
 def test_convert_then_speak_with_the_converted_model(cache, tmp_path):
     """make-tiny --original, convert it with the delegated converter, speak with the converted folder."""
