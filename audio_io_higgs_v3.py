@@ -262,6 +262,8 @@ def is_clip(reference) -> bool:
     audio dict (`{"array": samples, "sampling_rate": rate}` as `datasets`' Audio gives it, or `{"path": file}`)."""
     if isinstance(reference, (str, os.PathLike)):
         return is_audio_url(reference) or Path(reference).suffix.lower() not in VOICE_FILE_SUFFIXES
+    if isinstance(reference, dict) and reference.get("array") is None and reference.get("path") is not None:
+        return is_clip(reference["path"])  # {"path": "voice.safetensors"} is a saved voice
     return isinstance(reference, (dict, np.ndarray, torch.Tensor))
 
 
@@ -278,6 +280,8 @@ def load_reference(
         raise ValueError(f"The transcript of {where} (reference_text) must be a string, got {type(text).__name__} "
                          f"{text!r:.40}.")
     if not is_clip(reference):
+        if isinstance(reference, dict):  # {"path": a saved voice file}
+            reference = reference["path"]
         if not isinstance(reference, (str, os.PathLike)) and getattr(reference, "voice_format", None) != VOICE_FORMAT:
             raise ValueError(
                 f"{Where} must be a voice (model.encode_reference(clip, text=...), HiggsAudioV3Voice.load, or a saved "

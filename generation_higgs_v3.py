@@ -275,7 +275,8 @@ def _left_aligned(input_ids, attention_mask) -> tuple:
     """Right-padded prompts (a pipeline's tokenizer pads on the side its repo files save, the original's right) moved
     to the left, where the prompt check and the decode step expect them; anything else as given (then validated)."""
     if not (isinstance(input_ids, torch.Tensor) and isinstance(attention_mask, torch.Tensor)
-            and input_ids.dim() == 2 and attention_mask.shape == input_ids.shape) or bool(attention_mask[:, -1].all()):
+            and input_ids.dim() == 2 and attention_mask.shape == input_ids.shape and input_ids.shape[1] > 0
+            ) or bool(attention_mask[:, -1].all()):  # an empty prompt goes on to the validator, which names it
         return input_ids, attention_mask
     trailing = (attention_mask.flip(-1).long().cumsum(-1) == 0).sum(-1, keepdim=True)  # [B, 1] right padding
     index = (torch.arange(input_ids.shape[1], device=input_ids.device) - trailing) % input_ids.shape[1]  # [B, L]

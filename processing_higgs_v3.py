@@ -608,7 +608,8 @@ def _conversation_problem(messages, where: str) -> tuple[str | None, list]:
     if len(messages) > 2:
         return f"{Where} has {len(messages)} messages; at most two.", []
     turns = []
-    for number, message in enumerate(messages):
+    for number in reversed(range(len(messages))):  # the last first: audio there is the mistake, not none before it
+        message = messages[number]
         here = f"message {number} of {where}"
         Here = here[:1].upper() + here[1:]
         content = message.get("content") if isinstance(message, dict) else None
@@ -635,7 +636,7 @@ def _conversation_problem(messages, where: str) -> tuple[str | None, list]:
         if not all(isinstance(text, str) for text in texts):
             bad = next(text for text in texts if not isinstance(text, str))
             return f"A text item of {here} holds {type(bad).__name__} {bad!r:.40}; 'text' must be a string.", []
-        turns.append((message, list(content), audio, "".join(texts)))
+        turns.insert(0, (message, list(content), audio, "".join(texts)))
     return None, turns
 
 
