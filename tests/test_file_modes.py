@@ -133,3 +133,38 @@ def test_another_users_0600_weights_are_reported_as_unreadable(tiny_random_repo,
     result = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip().splitlines()[-1] == "higgs-v3: error: " + EXPECTED.format(path=weights, uid=65534)
+
+
+def test_an_output_folder_that_cannot_be_written_is_not_called_a_full_disk(tmp_path, monkeypatch):
+    """/sys refuses a new folder (EPERM) and reports 0 bytes free: the writer says it is not writable."""
+    import errno
+
+    real_mkdir = Path.mkdir
+
+    def refusing_mkdir(self, *args, **kwargs):
+        if self.parent == tmp_path / "virtual":
+            raise PermissionError(errno.EPERM, os.strerror(errno.EPERM), str(self))
+        return real_mkdir(self, *args, **kwargs)
+
+    (tmp_path / "virtual").mkdir()
+    monkeypatch.setattr(Path, "mkdir", refusing_mkdir)
+    monkeypatch.setattr(folders, "_free_bytes", lambda path: 0)
+    output = tmp_path / "virtual" / "converted"
+    with pytest.raises(OSError) as raised:
+        with folders.staged_folder(output, "converting", needed=17_000_000):
+            pytest.fail("the block ran")
+    assert str(raised.value) == (f"Cannot write the output {str(output)!r}: its folder {str(output.parent)!r} is not "
+                                 "writable (Operation not permitted); nothing was written. Choose an output folder you "
+                                 "can write to.")
+    assert raised.value.errno == errno.EPERM and list((tmp_path / "virtual").iterdir()) == []
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not os.path.isdir("/sys/kernel"), reason="needs a Linux /sys")
+def test_converting_into_sys_says_it_is_not_writable(tiny_original, tmp_path):
+    result = subprocess.run([sys.executable, "-m", "higgs_v3.cli", "convert", "--input", str(tiny_original), "--output",
+                             "/sys/higgs-v3-test"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "higgs-v3 convert: error: Cannot write the output '/sys/higgs-v3-test': its folder '/sys' is not writable "
+        "(Operation not permitted); nothing was written. Choose an output folder you can write to.")
