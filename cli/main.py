@@ -618,8 +618,6 @@ class SpeakRequest:
             request.generate_kwargs["do_sample"] = False
         options = {"max_chars": args.max_chars, "pause_seconds": args.pause, "batch_size": args.batch_size,
                    "max_seconds": args.max_seconds, "retries": args.retries, "normalize": args.normalize}
-        if args.retries is None and args.model == TINY_RANDOM:
-            options["retries"] = TINY_RANDOM_RETRIES
         request.longform_options = {name: value for name, value in options.items() if value is not None}
         return request
 

@@ -24,7 +24,9 @@ DEFAULT_MODEL = "bosonai/higgs-audio-v3-tts-4b"
 TINY_RANDOM = "tiny-random"
 # The random demo model never ends its speech by itself, so its generation config caps a chunk at 3 s of audio.
 TINY_RANDOM_MAX_SECONDS = 3
-# Nor would another seed end it: its bad takes are not redone unless --retries asks (redoing noise only costs time).
+# Nor would another seed end it: its bad takes are not redone unless retries / --retries asks (redoing noise only costs
+# time). Saved into its generation config (`longform_higgs_v3.RETRIES_FIELD`), so the library, the command line and the
+# server all take it from the model (`default_retries`).
 TINY_RANDOM_RETRIES = 0
 
 
@@ -57,16 +59,18 @@ def _tiny_fingerprint(seed: int) -> str:
 
 def write_tiny_random(directory: str | os.PathLike, seed: int = 0, with_codec: bool = True) -> Path:
     """`testing.tiny.make_tiny_random_model` plus a demo generation config: at most `TINY_RANDOM_MAX_SECONDS` of
-    audio per generation (random weights never emit the end of speech)."""
+    audio per generation (random weights never emit the end of speech) and `TINY_RANDOM_RETRIES` redone takes."""
     from transformers import GenerationConfig
 
     from ..configuration_higgs_v3 import HiggsAudioV3Config
+    from ..longform_higgs_v3 import RETRIES_FIELD
     from ..testing.tiny import make_tiny_random_model
 
     directory = make_tiny_random_model(directory, seed=seed, with_codec=with_codec)
     generation_config = GenerationConfig.from_pretrained(directory)
     spec = HiggsAudioV3Config.from_pretrained(directory).audio_spec
     generation_config.max_new_tokens = spec.rows_for_seconds(TINY_RANDOM_MAX_SECONDS)
+    setattr(generation_config, RETRIES_FIELD, TINY_RANDOM_RETRIES)
     generation_config.save_pretrained(directory)
     return Path(directory)
 

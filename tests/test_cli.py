@@ -444,6 +444,8 @@ def test_tiny_random_is_built_once(cache, monkeypatch):
     assert (stamp.stat().st_mtime_ns, (target / "model.safetensors").stat().st_mtime_ns) == before
     monkeypatch.setenv("HIGGS_V3_TINY_RANDOM", str(cache / "elsewhere"))
     assert tiny_random_dir() == cache / "elsewhere"
+    config = json.loads((target / "generation_config.json").read_text())  # the demo's default, for every caller
+    assert config["higgs_v3_retries"] == 0
 
 
 def test_tiny_random_refuses_a_file_or_another_folder_untouched(monkeypatch, tmp_path):
