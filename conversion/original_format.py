@@ -472,13 +472,23 @@ def resolve_input(input_path: str | os.PathLike, revision: str | None = None, ca
         )
     import huggingface_hub
 
+    from .repo import hub_offline_reason
+
+    offline = hub_offline_reason()  # one short probe, not huggingface_hub's retries (tens of seconds) offline
     try:
         return Path(
             huggingface_hub.snapshot_download(
-                repo_id=text, revision=revision, cache_dir=cache_dir, allow_patterns=HUB_DOWNLOAD_PATTERNS
+                repo_id=text, revision=revision, cache_dir=cache_dir, allow_patterns=HUB_DOWNLOAD_PATTERNS,
+                **({"local_files_only": True} if offline else {}),
             )
         )
     except Exception as error:  # network, authentication, unknown repo or revision: all end the conversion here
+        if offline:  # one line, without huggingface_hub's chained tracebacks
+            raise ConversionError(
+                f"Could not download {text!r} (revision {revision or 'main'}) from the Hugging Face Hub: {offline}, "
+                f"and it is not in the local Hugging Face cache. Download it once while online (`hf download {text}`) "
+                "or give a local folder with the checkpoint."
+            ) from None
         raise ConversionError(
             f"Could not download {text!r} (revision {revision or 'main'}) from the Hugging Face Hub: {error}"
         ) from error

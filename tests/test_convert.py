@@ -617,6 +617,9 @@ def test_refuses_values_float16_cannot_hold(broken, guarded_output):
 def test_hub_input_is_downloaded_without_pickle_files(original, tmp_path, monkeypatch):
     import huggingface_hub
 
+    from higgs_v3.conversion import repo
+
+    monkeypatch.setattr(repo, "hub_offline_reason", lambda: None)  # online
     calls = []
 
     def fake_snapshot_download(**kwargs):
@@ -642,6 +645,30 @@ def test_hub_input_is_downloaded_without_pickle_files(original, tmp_path, monkey
     )):
         convert(original, tmp_path / "other", revision="v1.0", verify=False)
     assert not (tmp_path / "other").exists()
+
+
+def test_an_uncached_hub_checkpoint_offline_is_one_short_error(tmp_path, monkeypatch):
+    """Offline (the probe fails or HF_HUB_OFFLINE), the Hub is asked for the local cache only (no retries for tens of
+    seconds), and the error is one line without huggingface_hub's chained tracebacks."""
+    import huggingface_hub
+
+    from higgs_v3.conversion import repo
+
+    calls = []
+
+    def not_cached(**kwargs):
+        calls.append(kwargs.get("local_files_only"))
+        raise huggingface_hub.errors.LocalEntryNotFoundError("Cannot find an appropriate cached snapshot folder.")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", not_cached)
+    monkeypatch.setattr(repo, "hub_offline_reason", lambda: "the Hub (https://huggingface.co) did not answer within 3 s")
+    with pytest.raises(ConversionError) as raised:
+        original_format.resolve_input("bosonai/higgs-audio-v3-tts-4b")
+    assert str(raised.value) == (
+        "Could not download 'bosonai/higgs-audio-v3-tts-4b' (revision main) from the Hugging Face Hub: the Hub "
+        "(https://huggingface.co) did not answer within 3 s, and it is not in the local Hugging Face cache. Download it "
+        "once while online (`hf download bosonai/higgs-audio-v3-tts-4b`) or give a local folder with the checkpoint.")
+    assert calls == [True] and raised.value.__cause__ is None and raised.value.__suppress_context__
 
 
 def test_command_line_reports_errors(tmp_path, capsys):
