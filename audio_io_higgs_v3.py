@@ -425,17 +425,22 @@ def audio_html(title: str, waveforms: list, sampling_rate: int, labels: list[str
                notes: list[str] = ()) -> str:
     """THE notebook player (`_repr_html_` of a `SpeechResult`, a generation output and a voice; no IPython needed): an
     HTML `<audio>` player per 1-D waveform, its 16-bit PCM WAV embedded in base64, with its duration and sampling rate,
-    then `notes` (the run's warnings) in words."""
+    then `notes` (the run's warnings) in words. As IPython's `Audio`, the player is normalised to its peak (a quiet
+    take is heard, a loud one is not clipped; the peak is said when it is not 1): the display only, never the data."""
     parts = [f"<div><b>{html.escape(title)}</b>"]
     for index, waveform in enumerate(waveforms):
         samples = torch.as_tensor(waveform).detach().to(device="cpu", dtype=torch.float32).reshape(-1).numpy()
-        pcm = np.round(np.clip(samples, -1.0, 1.0) * 32767).astype("<i2")
+        samples = np.nan_to_num(samples, nan=0.0, posinf=1.0, neginf=-1.0)
+        peak = float(np.abs(samples).max()) if samples.size else 0.0
+        pcm = np.round((samples / peak if peak > 0 else samples) * 32767).astype("<i2")
+        level = f", played normalised (peak {peak:.3g})" if peak not in (0.0, 1.0) else ""
         buffer = io.BytesIO()
         with wave.open(buffer, "wb") as file:
             file.setparams((1, 2, int(sampling_rate), len(pcm), "NONE", "not compressed"))  # mono, 16-bit
             file.writeframes(pcm.tobytes())
         label = html.escape(labels[index]) + ": " if labels else ""
-        parts.append(f"<div>{label}{len(samples) / sampling_rate:.2f} s at {int(sampling_rate)} Hz<br><audio controls "
+        parts.append(f"<div>{label}{len(samples) / sampling_rate:.2f} s at {int(sampling_rate)} Hz{level}<br>"
+                     "<audio controls "
                      f'src="data:audio/wav;base64,{base64.b64encode(buffer.getvalue()).decode()}"></audio></div>')
     parts += [f"<div>{html.escape(note)}</div>" for note in notes]
     return "".join(parts) + "</div>"

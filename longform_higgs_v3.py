@@ -446,9 +446,9 @@ def take_problem(finished: bool, seconds: float, text: str,
 
 
 def default_retries(model) -> int:
-    """`retries` when a caller leaves it unset (None): the model's own default (`RETRIES_FIELD` of its generation config,
-    0 for the demo model), else `DEFAULT_RETRIES`. THE home of that default: the library, the command line and the
-    server all ask here."""
+    """`retries` when a caller leaves it unset (None): the model's own default (`RETRIES_FIELD` of its generation
+    config, 0 for the demo model), else `DEFAULT_RETRIES`. THE home of that default: the library, the command line and
+    the server all ask here."""
     value = getattr(getattr(model, "generation_config", None), RETRIES_FIELD, None)
     return DEFAULT_RETRIES if value is None else value
 
@@ -544,9 +544,9 @@ def synthesize_stream(
     """Speak a text while it is still arriving (`pieces`: an LLM's deltas): each sentence is spoken as soon as it is
     complete (`stream_sentences`; a long one cut with `split_text` once it holds more than `max_chars`, as the
     WebSocket's cutter cuts it, so the text held and the work per piece stay bounded), and its waveform yielded (CPU
-    float32 `[samples]`), `pause_seconds` of silence before every one but the first. Chunk `k` uses seed `seed + k`; without `reference`, the
-    first chunk becomes the voice of the rest, as in `synthesize_long`, whose other options these are (a bad take is
-    redone before its sentence is yielded; `normalize` applies to each sentence)."""
+    float32 `[samples]`), `pause_seconds` of silence before every one but the first. Chunk `k` uses seed `seed + k`;
+    without `reference`, the first chunk becomes the voice of the rest, as in `synthesize_long`, whose other options
+    these are (a bad take is redone before its sentence is yielded; `normalize` applies to each sentence)."""
     synthesizer = _Synthesizer(model, processor, pause_seconds=pause_seconds, batch_size=1, seed=seed,
                                max_seconds=max_seconds, progress=False, generate_kwargs=generate_kwargs,
                                retries=retries, seconds_per_char=seconds_per_char, verify=verify, max_wer=max_wer)

@@ -18,8 +18,8 @@ JSONL_KEYS = {"utt": "the utterance id (required)", "text": "the text to speak (
 
 MAX_ITEM_CHARACTERS: int = 450
 """The most spoken characters (`longform_higgs_v3.spoken_characters`: CJK counts 3) of an item's text: about 30 s of
-speech, the window an ASR model such as Whisper transcribes at once. An evaluation item is one utterance (Seed-TTS-eval's
-are one or two sentences); long texts are what `higgs-v3 speak` and `batch` are for."""
+speech, the window an ASR model such as Whisper transcribes at once. An evaluation item is one utterance
+(Seed-TTS-eval's are one or two sentences); long texts are what `higgs-v3 speak` and `batch` are for."""
 
 
 def split_list_line(line: str) -> list[str]:
@@ -58,9 +58,9 @@ def _item(fields: dict, folder: Path, where: str, number: int) -> EvalItem:
     from ..longform_higgs_v3 import spoken_characters
 
     if (count := spoken_characters(fields["text"])) > MAX_ITEM_CHARACTERS:
-        raise ValueError(f"{where}: utterance {utt!r} has {count} spoken characters; an evaluation item is one utterance "
-                         f"of at most {MAX_ITEM_CHARACTERS} (about 30 s of speech, what the ASR model transcribes at "
-                         "once). Speak long texts with higgs-v3 speak or batch.")
+        raise ValueError(f"{where}: utterance {utt!r} has {count} spoken characters; an evaluation item is one "
+                         f"utterance of at most {MAX_ITEM_CHARACTERS} (about 30 s of speech, what the ASR model "
+                         "transcribes at once). Speak long texts with higgs-v3 speak or batch.")
     prompt_text = fields.get("prompt_text")
     if prompt_text is not None and not isinstance(prompt_text, str):
         raise ValueError(f"{where}: 'prompt_text' must be a string, got {prompt_text!r}.")

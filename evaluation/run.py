@@ -37,7 +37,7 @@ def _device(name: str) -> str:
 
 
 def _scoring_error(item, error: BaseException, what: str, seconds: float | None = None) -> RuntimeError:
-    """The one-line error of `item` failing in a scorer (`what`): the item named, with its line and its take's length."""
+    """The one-line error of `item` failing in a scorer (`what`): the item named, its line, its take's length."""
     reason = " ".join(str(error).split()) or "no message"
     take = f", a {seconds:.1f} s take" if seconds is not None else ""
     return RuntimeError(f"Scoring item {item.utt!r} (line {item.line}{take}) failed in the {what}: "

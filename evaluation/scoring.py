@@ -63,7 +63,7 @@ def check_scorer_kind(folder: str, name: str, kind: str, option: str) -> None:
     accepted = (any(a in classes for a in architectures) if architectures else
                 any(config.model_type in mapping for mapping in mappings))
     if not accepted:
-        found = f"{config.model_type} model ({', '.join(architectures)})" if architectures else f"{config.model_type} model"
+        found = f"{config.model_type} model" + (f" ({', '.join(architectures)})" if architectures else "")
         raise ValueError(f"{option} {name!r} is a {found}, not {what}; give one such as {example}.")
 
 
@@ -173,8 +173,8 @@ def draw_plots(rows: list[dict]) -> dict:
         return None
 
     runaway = [not row["finished"] for row in rows]
-    groups = {"finished": [r for r, bad in zip(rows, runaway) if not bad], "runaway": [r for r, bad in zip(rows, runaway)
-                                                                                      if bad]}
+    groups = {"finished": [r for r, bad in zip(rows, runaway) if not bad],
+              "runaway": [r for r, bad in zip(rows, runaway) if bad]}
     colours = {"finished": "tab:blue", "runaway": "tab:red"}
 
     def histogram(axes, key: str, label: str):

@@ -661,13 +661,15 @@ def test_an_uncached_hub_checkpoint_offline_is_one_short_error(tmp_path, monkeyp
         raise huggingface_hub.errors.LocalEntryNotFoundError("Cannot find an appropriate cached snapshot folder.")
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", not_cached)
-    monkeypatch.setattr(repo, "hub_offline_reason", lambda: "the Hub (https://huggingface.co) did not answer within 3 s")
+    reason = "the Hub (https://huggingface.co) did not answer within 3 s"
+    monkeypatch.setattr(repo, "hub_offline_reason", lambda: reason)
     with pytest.raises(ConversionError) as raised:
         original_format.resolve_input("bosonai/higgs-audio-v3-tts-4b")
     assert str(raised.value) == (
         "Could not download 'bosonai/higgs-audio-v3-tts-4b' (revision main) from the Hugging Face Hub: the Hub "
-        "(https://huggingface.co) did not answer within 3 s, and it is not in the local Hugging Face cache. Download it "
-        "once while online (`hf download bosonai/higgs-audio-v3-tts-4b`) or give a local folder with the checkpoint.")
+        "(https://huggingface.co) did not answer within 3 s, and it is not in the local Hugging Face cache. Download "
+        "it once while online (`hf download bosonai/higgs-audio-v3-tts-4b`) or give a local folder with the "
+        "checkpoint.")
     assert calls == [True] and raised.value.__cause__ is None and raised.value.__suppress_context__
 
 

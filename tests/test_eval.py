@@ -94,9 +94,10 @@ def test_a_control_tag_in_a_seed_tts_line_is_text_and_a_long_item_is_refused_by_
     (tmp_path / "meta.lst").write_text("u1|P.|a.wav|Hi.\nlong|P.|a.wav|" + "word " * 113 + "\n", encoding="utf-8")
     with pytest.raises(ValueError) as raised:
         read_items(tmp_path / "meta.lst")
-    assert str(raised.value) == ("meta.lst line 2: utterance 'long' has 452 spoken characters; an evaluation item is "
-                                 "one utterance of at most 450 (about 30 s of speech, what the ASR model transcribes at "
-                                 "once). Speak long texts with higgs-v3 speak or batch.")
+    assert str(raised.value) == (
+        "meta.lst line 2: utterance 'long' has 452 spoken characters; an evaluation item is one utterance of at most "
+        "450 (about 30 s of speech, what the ASR model transcribes at once). Speak long texts with higgs-v3 speak or "
+        "batch.")
 
 
 def test_a_scorer_of_the_wrong_kind_is_named(tmp_path):
@@ -112,9 +113,9 @@ def test_a_scorer_of_the_wrong_kind_is_named(tmp_path):
     check_scorer_kind(str(tmp_path / "headless"), "x", "speaker", "--speaker-model")
     with pytest.raises(ValueError) as raised:
         check_scorer_kind(str(tmp_path / "whisper"), "openai/whisper-tiny", "speaker", "--speaker-model")
-    assert str(raised.value) == ("--speaker-model 'openai/whisper-tiny' is a whisper model (WhisperForConditionalGeneration), not a "
-                                 "speaker-verification "
-                                 "x-vector model (WavLMForXVector, ...); give one such as microsoft/wavlm-base-plus-sv.")
+    assert str(raised.value) == (
+        "--speaker-model 'openai/whisper-tiny' is a whisper model (WhisperForConditionalGeneration), not a "
+        "speaker-verification x-vector model (WavLMForXVector, ...); give one such as microsoft/wavlm-base-plus-sv.")
     with pytest.raises(ValueError) as raised:
         check_scorer_kind(str(tmp_path / "wavlm"), "x", "asr", "--asr")
     assert str(raised.value) == ("--asr 'x' is a wavlm model (WavLMForXVector), not a speech recognition model "
@@ -143,13 +144,16 @@ def test_plots_have_axis_labels_means_and_mark_runaway_items():
             {"wer": 0.5, "sim": 0.6, "finished": True, "characters": 20, "duration": 2.0},
             {"wer": 1.0, "sim": 0.1, "finished": False, "characters": 5, "duration": 9.0}]
     figures = draw_plots(rows)
-    labels = {name: (f.axes[0].get_xlabel(), f.axes[0].get_ylabel(), [t.get_text() for t in f.axes[0].get_legend().texts])
-              for name, f in figures.items()}
+    labels = {name: (figure.axes[0].get_xlabel(), figure.axes[0].get_ylabel(),
+                     [text.get_text() for text in figure.axes[0].get_legend().texts])
+              for name, figure in figures.items()}
     assert labels == {
-        "wer_hist.png": ("word error rate (0 = every word right)", "items", ["finished (2)", "runaway (1)", "mean 0.500"]),
+        "wer_hist.png": ("word error rate (0 = every word right)", "items",
+                         ["finished (2)", "runaway (1)", "mean 0.500"]),
         "sim_hist.png": ("speaker similarity to the prompt (cosine)", "items", ["finished (2)", "runaway (1)",
                                                                                 "mean 0.500"]),
-        "duration_vs_length.png": ("spoken characters of the text", "seconds of audio", ["finished (2)", "runaway (1)"]),
+        "duration_vs_length.png": ("spoken characters of the text", "seconds of audio",
+                                   ["finished (2)", "runaway (1)"]),
     }
     runaway = figures["duration_vs_length.png"].axes[0].collections[1]
     assert runaway.get_offsets().tolist() == [[5.0, 9.0]]
@@ -176,7 +180,8 @@ def test_a_scoring_error_names_the_item(tmp_path):
     items = read_items(tmp_path / "meta.lst")
     (tmp_path / "audio" / RECORDS_DIR).mkdir(parents=True)
     for item, seconds in zip(items, (0.5, 2.5)):
-        soundfile.write(str(tmp_path / "audio" / f"{item.utt}.wav"), np.zeros(round(seconds * 24000), np.float32), 24000)
+        silence = np.zeros(round(seconds * 24000), np.float32)
+        soundfile.write(str(tmp_path / "audio" / f"{item.utt}.wav"), silence, 24000)
         (tmp_path / "audio" / RECORDS_DIR / f"{item.utt}.wav.json").write_text(json.dumps(
             {"duration": seconds, "chunks": 1, "finished": True, "seed": 0, "output": f"{item.utt}.wav"}))
     encoder = type("Encoder", (), {"similarity": lambda self, *a: 0.5})()
@@ -184,8 +189,8 @@ def test_a_scoring_error_names_the_item(tmp_path):
     assert [(r["utt"], r["transcript"], r["wer"], r["sim"]) for r in rows] == [("a", "hello", 0.0, 0.5)]
     with pytest.raises(RuntimeError) as raised:
         score_items(items, tmp_path / "audio", FakeAsr(), encoder, None, progress=False)
-    assert str(raised.value) == ("Scoring item 'b' (line 2, a 2.5 s take) failed in the ASR model: IndexError: index -1 "
-                                 "is out of bounds for dimension 0 with size 0")
+    assert str(raised.value) == ("Scoring item 'b' (line 2, a 2.5 s take) failed in the ASR model: IndexError: index "
+                                 "-1 is out of bounds for dimension 0 with size 0")
 
 
 @pytest.fixture
@@ -378,8 +383,8 @@ def test_verify_with_a_transformers_asr_pipeline(tmp_path, tokenizer):
 
 def test_speak_and_batch_pass_the_verify_pipeline_to_the_long_form_core(monkeypatch):
     """`--verify ASR --max-wer W`: the pipeline `load_asr` builds on the model's device, with `max_wer`, reaches
-    `synthesize_long` (speak) and `run_batch` (batch); without it, none. `--retries` unset: the library's default,
-    0 for the random demo model."""
+    `synthesize_long` (speak) and `run_batch` (batch); without it, none. `--retries` unset: the model's default
+    (`default_retries`)."""
     from types import SimpleNamespace
 
     from higgs_v3 import longform_higgs_v3
@@ -399,10 +404,10 @@ def test_speak_and_batch_pass_the_verify_pipeline_to_the_long_form_core(monkeypa
     assert batch_cli._take_options(args, model) == {"retries": 1, "verify": ("pipeline", "asr", "cpu"), "max_wer": 0.5}
     args = build_parser().parse_args(["batch", "m.jsonl", "--out-dir", "o", "--model", "a/b"])
     assert batch_cli._take_options(args, model) == {}
-    # the random demo model's takes are not redone unless asked (TINY_RANDOM_RETRIES)
+    # --retries unset is left to the model (`default_retries`: the demo model's generation config says 0)
     args = build_parser().parse_args(["batch", "m.jsonl", "--out-dir", "o", "--model", "tiny-random"])
-    assert batch_cli._take_options(args, model) == {"retries": 0}
-    for argv, retries in ((["--model", "tiny-random"], 0), (["--model", "tiny-random", "--retries", "2"], 2),
+    assert batch_cli._take_options(args, model) == {}
+    for argv, retries in ((["--model", "tiny-random"], None), (["--model", "tiny-random", "--retries", "2"], 2),
                           (["--model", "a/b"], None)):
         request = SpeakRequest.from_args(build_parser().parse_args(["speak", "Hi.", *argv]))
         assert request.longform_options.get("retries") == retries
