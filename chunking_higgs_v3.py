@@ -21,6 +21,16 @@ from dataclasses import dataclass
 TAG_PATTERN = re.compile(r"<\|[^<>|\n]*\|>")
 """Anything that looks like a special token (`<|...|>`, one line, no nested brackets)."""
 
+CONTROL_TAG_FAMILIES = ("emotion", "style", "sfx", "prosody", "env")
+"""The inline control tags are `<|family:name|>` with one of these families; any other `<|...|>` token is structural."""
+
+
+def control_tags(added: Mapping[str, int]) -> list[str]:
+    """The inline control tags among a tokenizer's added tokens (`{token: id}`), in id order: THE rule of what a control
+    tag is (the processor's `valid_tags` and `higgs-v3 tags`, which reads the tokenizer file without loading it)."""
+    families = tuple(f"<|{family}:" for family in CONTROL_TAG_FAMILIES)
+    return sorted((token for token in added if token.startswith(families) and token.endswith("|>")), key=added.get)
+
 
 def nothing_to_speak(text, where: str = "the text") -> str | None:
     """The rule "there is nothing to speak", which needs no tokenizer (the command line checks it before any model
@@ -385,12 +395,14 @@ def _money(symbol: str, amount: str, scale: str | None, words) -> str:
 
 
 __all__ = [
+    "CONTROL_TAG_FAMILIES",
     "DEFAULT_MAX_CHARS",
     "MAX_SPELLED_DIGITS",
     "TAG_PATTERN",
     "DialogueLine",
     "SentenceCutter",
     "check_dialogue_voices",
+    "control_tags",
     "normalize_text",
     "nothing_to_speak",
     "parse_dialogue",

@@ -940,8 +940,14 @@ def cmd_make_tiny(args) -> int:
 
 
 def cmd_tags(args) -> int:
-    processor = load_processor(resolve_model(args.model, lambda m: print(m, file=sys.stderr)))
-    for tag in processor.valid_tags():
+    """The control tags of the model's tokenizer (`chunking_higgs_v3.control_tags`), read from its `tokenizer.json`
+    without loading a tokenizer or torch (the processor's `valid_tags` when the folder has no such file)."""
+    from ..chunking_higgs_v3 import control_tags
+    from .models import added_tokens
+
+    folder = resolve_model(args.model, lambda m: print(m, file=sys.stderr))
+    added = added_tokens(folder)
+    for tag in control_tags(added) if added is not None else load_processor(folder).valid_tags():
         print(tag)
     return 0
 

@@ -92,16 +92,16 @@ def ensure_tiny_random(log=None) -> Path:
     """The tiny random demo model, built once into `tiny_random_dir()` (rebuilt when this package's code changed), with
     `conversion.folders.staged_folder` (so no process ever sees half a model) under a lock on its parent folder (so
     concurrent processes build it once)."""
-    from ..conversion.folders import folder_lock, staged_folder
-
     target = tiny_random_dir()
     stamp, fingerprint = target / ".higgs_v3_tiny_random", _tiny_fingerprint(seed=0)
 
     def current() -> bool:
         return stamp.is_file() and stamp.read_text().strip() == fingerprint
 
-    if current():
+    if current():  # before any import of torch (the writers'): `higgs-v3 tags` needs none
         return target
+    from ..conversion.folders import folder_lock, staged_folder
+
     check_tiny_random_target(target, stamp)
     with folder_lock(target.parent):
         if current():  # built by a concurrent run while this one waited
@@ -193,6 +193,16 @@ def _device(name: str):
     return device
 
 
+def added_tokens(path: Path) -> dict[str, int] | None:
+    """`{token: id}` of the added tokens in the model folder's `tokenizer.json`, read as JSON (no tokenizer, no torch);
+    None when the folder has no such file (the processor then says what the tokenizer holds)."""
+    file = Path(path) / "tokenizer.json"
+    if not file.is_file():
+        return None
+    tokens = read_json(file, "The tokenizer file").get("added_tokens", [])
+    return {token["content"]: int(token["id"]) for token in tokens if isinstance(token, dict) and "content" in token}
+
+
 def load_processor(path: Path):
     """The installed package's processor of the folder `path`; a damaged tokenizer or processor file is a
     `ValueError` that names the folder."""
@@ -270,6 +280,7 @@ __all__ = [
     "TINY_RANDOM",
     "TINY_RANDOM_RETRIES",
     "TINY_RANDOM_MAX_SECONDS",
+    "added_tokens",
     "auto_dtype",
     "cache_dir",
     "check_generation_config",

@@ -436,6 +436,26 @@ def test_make_tiny_and_tags(in_process, tmp_path):
                                                                         "prosody": 10, "env": 2}
 
 
+def test_tags_reads_the_tokenizer_file_without_loading_a_processor(in_process, cache, monkeypatch):
+    from higgs_v3.cli.main import load_processor as real_load_processor
+
+    expected = real_load_processor(cache / "tiny-random").valid_tags()
+    monkeypatch.setattr(cli_main, "load_processor", lambda path: pytest.fail("a processor was loaded"))
+    code, out, _ = in_process("tags")
+    assert code == 0 and out.splitlines() == expected and len(expected) == 45
+
+
+@pytest.mark.integration
+def test_tags_imports_no_torch(cache, tmp_path):
+    """`higgs-v3 tags` on the built demo model: no torch, no transformers model code (it took 8 s, now about 1 s)."""
+    script = ("import sys\nfrom higgs_v3.cli.main import main\ncode = main(['tags'])\n"
+              "assert code == 0 and 'torch' not in sys.modules, sorted(m for m in sys.modules if 'torch' in m)[:3]")
+    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1", "HIGGS_V3_CACHE": str(cache)})
+    assert result.returncode == 0, result.stderr
+    assert "<|emotion:anger|>" in result.stdout.splitlines()
+
+
 def test_tiny_random_is_built_once(cache, monkeypatch):
     target = cache / "tiny-random"
     stamp = target / ".higgs_v3_tiny_random"
