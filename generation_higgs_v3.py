@@ -638,12 +638,12 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         end_row = spec.speech_end_row(rows[..., 0])  # [B]
         lengths = speech_rows(end_row, spec.num_codebooks, rows.shape[1])
         finished = speech_finished(end_row, spec.num_codebooks, rows.shape[1])
-        if not bool(finished.all()):
-            logger.warning(
-                f"Sequence(s) {torch.nonzero(~finished).flatten().tolist()} reached max_new_tokens without ending "
-                "(codebook 0 emitted no EOC, or the rows after it did not fit): this is the model's known runaway "
-                "failure, usually followed by a silent tail. They are flagged in `finished`; consider shorter text "
-                "chunks or another seed."
+        if not bool(finished.all()):  # once per process (as transformers warns): `finished` flags each one
+            logger.warning_once(
+                "A sequence reached max_new_tokens without ending (codebook 0 emitted no EOC, or the rows after it did "
+                "not fit): this is the model's known runaway failure, usually followed by a silent tail. Every such "
+                "sequence is flagged in `finished` (this warning is shown once); consider shorter text chunks or "
+                "another seed."
             )
         if not return_dict and not output_audio:
             return rows
