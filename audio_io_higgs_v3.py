@@ -330,31 +330,6 @@ def follow_umask(path: str | os.PathLike) -> None:
             os.chmod(entry, mode | wanted)
 
 
-def permission_problem(path: str | os.PathLike) -> PermissionError | None:
-    """A `PermissionError` that says so when the existing file `path` cannot be opened for reading by this process
-    (some readers, safetensors' among them, report that as a missing file or a damaged one), else None."""
-    path = Path(path)
-    try:
-        with open(path, "rb"):
-            return None
-    except PermissionError:
-        info = path.stat()
-        return PermissionError(
-            f"Permission denied reading {str(path)!r} (mode {info.st_mode & 0o777:04o}, owner uid {info.st_uid}): this "
-            "user cannot read it. Make it readable (chmod a+r, or write it under umask 022) or run as its owner.")
-    except OSError:
-        return None
-
-
-def first_permission_problem(folder: str | os.PathLike) -> PermissionError | None:
-    """`permission_problem` of the first unreadable file directly in `folder` (None when all can be read)."""
-    with contextlib.suppress(OSError):
-        for path in sorted(Path(folder).iterdir()):
-            if path.is_file() and (problem := permission_problem(path)) is not None:
-                return problem
-    return None
-
-
 @contextlib.contextmanager
 def atomic_output(path: str | os.PathLike) -> Iterator[Path]:
     """THE atomic file writer: a temporary path beside `path` (hidden name, same suffix), flushed to disk and renamed
@@ -674,13 +649,11 @@ __all__ = [
     "check_audio_output",
     "check_length",
     "current_umask",
-    "first_permission_problem",
     "follow_umask",
     "is_audio_url",
     "is_clip",
     "length_problem",
     "load_reference",
-    "permission_problem",
     "prepare_reference_waveform",
     "save_audio",
 ]

@@ -929,9 +929,11 @@ def cmd_make_tiny(args) -> int:
     if output.exists() and not output.is_dir():
         raise CliError(f"{args.output!r} is a file; give a folder to write the model into.")
     if args.original:
+        from ..audio_io_higgs_v3 import follow_umask
         from ..testing.tiny import write_tiny_original_checkpoint
 
         path = write_tiny_original_checkpoint(output, seed=args.seed, with_codec=not args.no_codec)
+        follow_umask(path)  # safetensors' writer leaves 0600
         print(f"Wrote a tiny original-layout Higgs Audio v3 checkpoint to {path} (convert it with higgs-v3 convert).")
     else:
         path = write_tiny_random(output, seed=args.seed, with_codec=not args.no_codec)

@@ -63,6 +63,7 @@ def write_tiny_random(directory: str | os.PathLike, seed: int = 0, with_codec: b
     from transformers import GenerationConfig
 
     from ..configuration_higgs_v3 import HiggsAudioV3Config
+    from ..conversion.folders import follow_umask
     from ..longform_higgs_v3 import RETRIES_FIELD
     from ..testing.tiny import make_tiny_random_model
 
@@ -72,6 +73,7 @@ def write_tiny_random(directory: str | os.PathLike, seed: int = 0, with_codec: b
     generation_config.max_new_tokens = spec.rows_for_seconds(TINY_RANDOM_MAX_SECONDS)
     setattr(generation_config, RETRIES_FIELD, TINY_RANDOM_RETRIES)
     generation_config.save_pretrained(directory)
+    follow_umask(directory)  # safetensors' writer leaves 0600: another user could not load it
     return Path(directory)
 
 
@@ -263,7 +265,7 @@ def load_model(path: Path, device: str, dtype: str):
     try:
         model = HiggsAudioV3ForConditionalGeneration.from_pretrained(str(path), dtype=dtype)
     except Exception as error:
-        from ..audio_io_higgs_v3 import first_permission_problem
+        from ..conversion.original_format import first_permission_problem
 
         if isinstance(error, OSError | ValueError) or type(error).__name__ == "SafetensorError":
             if (problem := first_permission_problem(path)) is not None:  # safetensors calls it a missing file

@@ -373,8 +373,6 @@ def write_tiny_original_checkpoint(
     import torch
     from safetensors.torch import save_file
 
-    from ..audio_io_higgs_v3 import follow_umask
-
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     config = original_config(
@@ -396,7 +394,6 @@ def write_tiny_original_checkpoint(
     save_file(tensors, str(directory / "model.safetensors"), metadata={"format": "pt"})
     total_size = sum(t.numel() * t.element_size() for t in tensors.values())
     write_original_metadata(directory, config, {name: "model.safetensors" for name in tensors}, total_size)
-    follow_umask(directory)  # safetensors' writer leaves 0600
     return directory
 
 
@@ -429,7 +426,6 @@ def make_tiny_random_model(directory: str | os.PathLike, *, seed: int = 0, with_
 
     import torch
 
-    from ..audio_io_higgs_v3 import follow_umask
     from ..conversion.repo import remote_code_files, save_processor_files
     from ..generation_higgs_v3 import default_generation_config
     from ..modeling_higgs_v3 import HiggsAudioV3ForConditionalGeneration
@@ -447,7 +443,6 @@ def make_tiny_random_model(directory: str | os.PathLike, *, seed: int = 0, with_
     save_processor_files(directory, model.config, loaded_tiny_tokenizer())  # the files just written, loaded once
     for path in remote_code_files():  # the processor's modules too (save_pretrained copies the model's only)
         shutil.copyfile(path, directory / path.name)
-    follow_umask(directory)  # safetensors' writer leaves 0600
     return directory
 
 

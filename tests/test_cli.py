@@ -624,13 +624,13 @@ def test_an_unreachable_hub_gives_one_line_quickly(in_process, monkeypatch):
     import huggingface_hub
     import huggingface_hub.constants
 
-    from higgs_v3.conversion import repo as repo_files
+    from higgs_v3.conversion import original_format
 
     probes = []
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     for key in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
         monkeypatch.delenv(key, raising=False)
-    monkeypatch.setattr(repo_files, "_can_connect", lambda *args: probes.append(args) or False)
+    monkeypatch.setattr(original_format, "_can_connect", lambda *args: probes.append(args) or False)
     downloads, download = [], huggingface_hub.hf_hub_download
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda *a, **k: downloads.append(k) or download(*a, **k))
     began = time.perf_counter()

@@ -129,12 +129,10 @@ def _hub_online(patch: pytest.MonkeyPatch, calls: list, token: str | None = "hf_
     import huggingface_hub
     import huggingface_hub.constants
 
-    import higgs_v3.conversion.repo as converted_repo
-
     patch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     for key in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
         patch.delenv(key, raising=False)
-    patch.setattr(converted_repo, "_can_connect", lambda *args: True)
+    patch.setattr(original_format, "_can_connect", lambda *args: True)  # the Hub probe's home
     patch.setattr(huggingface_hub, "get_token", lambda: token)
 
     def answer(self):
@@ -617,9 +615,7 @@ def test_refuses_values_float16_cannot_hold(broken, guarded_output):
 def test_hub_input_is_downloaded_without_pickle_files(original, tmp_path, monkeypatch):
     import huggingface_hub
 
-    from higgs_v3.conversion import repo
-
-    monkeypatch.setattr(repo, "hub_offline_reason", lambda: None)  # online
+    monkeypatch.setattr(original_format, "hub_offline_reason", lambda: None)  # online
     calls = []
 
     def fake_snapshot_download(**kwargs):
@@ -652,8 +648,6 @@ def test_an_uncached_hub_checkpoint_offline_is_one_short_error(tmp_path, monkeyp
     seconds), and the error is one line without huggingface_hub's chained tracebacks."""
     import huggingface_hub
 
-    from higgs_v3.conversion import repo
-
     calls = []
 
     def not_cached(**kwargs):
@@ -662,7 +656,7 @@ def test_an_uncached_hub_checkpoint_offline_is_one_short_error(tmp_path, monkeyp
 
     monkeypatch.setattr(huggingface_hub, "snapshot_download", not_cached)
     reason = "the Hub (https://huggingface.co) did not answer within 3 s"
-    monkeypatch.setattr(repo, "hub_offline_reason", lambda: reason)
+    monkeypatch.setattr(original_format, "hub_offline_reason", lambda: reason)
     with pytest.raises(ConversionError) as raised:
         original_format.resolve_input("bosonai/higgs-audio-v3-tts-4b")
     assert str(raised.value) == (
@@ -975,15 +969,13 @@ def test_push_to_hub_uploads_the_folder_in_one_commit(pushed):
 def test_push_to_hub_checks_the_hub_and_the_login_before_converting(original, tmp_path, monkeypatch, capsys, case):
     import huggingface_hub.constants
 
-    import higgs_v3.conversion.repo as converted_repo
-
     calls = []
     _hub_online(monkeypatch, calls, token=None if case == "no login" else "hf_token",
                 whoami=OSError("401 Client Error: Unauthorized\nmore") if case == "bad token" else None)
     if case == "offline":
         monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     if case == "unreachable":
-        monkeypatch.setattr(converted_repo, "_can_connect", lambda *args: False)
+        monkeypatch.setattr(original_format, "_can_connect", lambda *args: False)
     monkeypatch.setattr(cc, "read_original", lambda *args: pytest.fail("converted before checking the Hub"))
     code, printed = _run_main(["--input", str(original), "--output", str(tmp_path / "out"), "--push-to-hub", REPO_ID])
     assert (code, printed) == (2, "")  # a user-side fault, found before converting

@@ -18,9 +18,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from higgs_v3.audio_io_higgs_v3 import atomic_output, follow_umask, permission_problem
+from higgs_v3.audio_io_higgs_v3 import atomic_output, follow_umask
 from higgs_v3.conversion import folders
-from higgs_v3.conversion.original_format import read_header
+from higgs_v3.conversion.original_format import permission_problem, read_header
 
 
 @pytest.fixture
@@ -59,13 +59,18 @@ def test_atomic_output_follows_the_umask(tmp_path, umask_022):
     assert mode(tmp_path / "voice.safetensors") == 0o644
 
 
-def test_make_tiny_files_follow_the_umask(tmp_path, umask_022):
-    from higgs_v3.testing.tiny import write_tiny_original_checkpoint
+def test_make_tiny_files_follow_the_umask(tmp_path, umask_022, monkeypatch, capsys):
+    from higgs_v3.cli import main as cli_main
+    from higgs_v3.testing import tiny
 
-    folder = write_tiny_original_checkpoint(tmp_path / "original", hidden_size=16, num_layers=1,
-                                            num_attention_heads=2, num_key_value_heads=1, head_dim=8,
-                                            intermediate_size=16, with_codec=False)
-    assert {path.name: mode(path) for path in folder.iterdir() if mode(path) != 0o644} == {}
+    small = tiny.write_tiny_original_checkpoint  # the smallest dimensions: the file modes are what is checked
+    monkeypatch.setattr(tiny, "write_tiny_original_checkpoint", lambda folder, **kwargs: small(
+        folder, **kwargs, hidden_size=16, num_layers=1, num_attention_heads=2, num_key_value_heads=1, head_dim=8,
+        intermediate_size=16))
+    assert cli_main.main(["make-tiny", "--original", "--no-codec", str(tmp_path / "original")]) == 0
+    folder = tmp_path / "original"
+    assert {path.name: oct(mode(path)) for path in folder.iterdir() if mode(path) != 0o644} == {}
+    assert (folder / "model.safetensors").is_file()
 
 
 def _unreadable(monkeypatch, path: Path):
