@@ -291,6 +291,8 @@ def is_clip(reference) -> bool:
     audio dict (`{"array": samples, "sampling_rate": rate}` as `datasets`' Audio gives it, or `{"path": file}`)."""
     if isinstance(reference, (str, os.PathLike)):
         return is_audio_url(reference) or Path(reference).suffix.lower() not in VOICE_FILE_SUFFIXES
+    if isinstance(reference, dict) and reference.get("array") is None and reference.get("path") is not None:
+        return is_clip(reference["path"])  # {"path": "voice.safetensors"} is a saved voice
     return isinstance(reference, (dict, np.ndarray, torch.Tensor))
 
 
@@ -307,6 +309,8 @@ def load_reference(
         raise ValueError(f"The transcript of {where} (reference_text) must be a string, got {type(text).__name__} "
                          f"{text!r:.40}.")
     if not is_clip(reference):
+        if isinstance(reference, dict):  # {"path": a saved voice file}
+            reference = reference["path"]
         if not isinstance(reference, (str, os.PathLike)) and getattr(reference, "voice_format", None) != VOICE_FORMAT:
             raise ValueError(
                 f"{Where} must be a voice (model.encode_reference(clip, text=...), HiggsAudioV3Voice.load, or a saved "
@@ -330,6 +334,31 @@ def load_reference(
     return ReferenceClip(prepare_reference_waveform(audio, rate, target_sampling_rate, where=where), text)
 
 
+def current_umask() -> int:
+    """The process's umask (read from `/proc/self/status` where Linux has it, else set and restored at once)."""
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        status = Path("/proc/self/status").read_text().splitlines()
+        return int(next(line for line in status if line.startswith("Umask:")).split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def follow_umask(path: str | os.PathLike) -> None:
+    """Give the file `path` (or every file and folder under the folder `path`) the permissions a new file gets under the
+    umask (0644 files and 0755 folders under umask 022), as `open` and `mkdir` would have. Writers that go through a
+    private temporary file (safetensors' `save_file`, hence `save_pretrained`) leave mode 0600, which another user (a
+    service account serving the model) cannot read. Bits already set are kept; nothing is narrowed."""
+    path, mask = Path(path), current_umask()
+    for entry in (path, *path.rglob("*")) if path.is_dir() else (path,):
+        if entry.is_symlink():
+            continue
+        wanted = (0o777 if entry.is_dir() else 0o666) & ~mask
+        mode = entry.stat().st_mode & 0o7777
+        if mode | wanted != mode:
+            os.chmod(entry, mode | wanted)
+
+
 @contextlib.contextmanager
 def atomic_output(path: str | os.PathLike) -> Iterator[Path]:
     """THE atomic file writer: a temporary path beside `path` (hidden name, same suffix), flushed to disk and renamed
@@ -345,6 +374,7 @@ def atomic_output(path: str | os.PathLike) -> Iterator[Path]:
         yield temporary
         with open(temporary, "rb+") as written:
             os.fsync(written.fileno())
+        follow_umask(temporary)
         os.replace(temporary, path)
     except BaseException as error:
         with contextlib.suppress(OSError):
@@ -399,17 +429,22 @@ def audio_html(title: str, waveforms: list, sampling_rate: int, labels: list[str
                notes: list[str] = ()) -> str:
     """THE notebook player (`_repr_html_` of a `SpeechResult`, a generation output and a voice; no IPython needed): an
     HTML `<audio>` player per 1-D waveform, its 16-bit PCM WAV embedded in base64, with its duration and sampling rate,
-    then `notes` (the run's warnings) in words."""
+    then `notes` (the run's warnings) in words. As IPython's `Audio`, the player is normalised to its peak (a quiet
+    take is heard, a loud one is not clipped; the peak is said when it is not 1): the display only, never the data."""
     parts = [f"<div><b>{html.escape(title)}</b>"]
     for index, waveform in enumerate(waveforms):
         samples = torch.as_tensor(waveform).detach().to(device="cpu", dtype=torch.float32).reshape(-1).numpy()
-        pcm = np.round(np.clip(samples, -1.0, 1.0) * 32767).astype("<i2")
+        samples = np.nan_to_num(samples, nan=0.0, posinf=1.0, neginf=-1.0)
+        peak = float(np.abs(samples).max()) if samples.size else 0.0
+        pcm = np.round((samples / peak if peak > 0 else samples) * 32767).astype("<i2")
+        level = f", played normalised (peak {peak:.3g})" if peak not in (0.0, 1.0) else ""
         buffer = io.BytesIO()
         with wave.open(buffer, "wb") as file:
             file.setparams((1, 2, int(sampling_rate), len(pcm), "NONE", "not compressed"))  # mono, 16-bit
             file.writeframes(pcm.tobytes())
         label = html.escape(labels[index]) + ": " if labels else ""
-        parts.append(f"<div>{label}{len(samples) / sampling_rate:.2f} s at {int(sampling_rate)} Hz<br><audio controls "
+        parts.append(f"<div>{label}{len(samples) / sampling_rate:.2f} s at {int(sampling_rate)} Hz{level}<br>"
+                     "<audio controls "
                      f'src="data:audio/wav;base64,{base64.b64encode(buffer.getvalue()).decode()}"></audio></div>')
     parts += [f"<div>{html.escape(note)}</div>" for note in notes]
     return "".join(parts) + "</div>"
@@ -645,6 +680,8 @@ __all__ = [
     "check_length",
     "audio_url_problem",
     "fetch_audio_url",
+    "current_umask",
+    "follow_umask",
     "is_audio_url",
     "is_clip",
     "length_problem",

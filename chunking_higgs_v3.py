@@ -21,6 +21,16 @@ from dataclasses import dataclass
 TAG_PATTERN = re.compile(r"<\|[^<>|\n]*\|>")
 """Anything that looks like a special token (`<|...|>`, one line, no nested brackets)."""
 
+CONTROL_TAG_FAMILIES = ("emotion", "style", "sfx", "prosody", "env")
+"""The inline control tags are `<|family:name|>` with one of these families; any other `<|...|>` token is structural."""
+
+
+def control_tags(added: Mapping[str, int]) -> list[str]:
+    """The inline control tags among a tokenizer's added tokens (`{token: id}`), in id order: THE rule of what a control
+    tag is (the processor's `valid_tags` and `higgs-v3 tags`, which reads the tokenizer file without loading it)."""
+    families = tuple(f"<|{family}:" for family in CONTROL_TAG_FAMILIES)
+    return sorted((token for token in added if token.startswith(families) and token.endswith("|>")), key=added.get)
+
 
 def nothing_to_speak(text, where: str = "the text") -> str | None:
     """The rule "there is nothing to speak", which needs no tokenizer (the command line checks it before any model
@@ -310,6 +320,9 @@ _SPELLED = re.compile(
     rf"|(?<![\w.])(?P<number>-?{_NUMBER})(?!\w|\.\d)",  # not a part of "1.2.3" or "3D"
     re.IGNORECASE,
 )
+MAX_SPELLED_DIGITS: int = 15
+"""`normalize_text` says a whole number of at most this many digits as a number (up to "nine hundred ... trillion"); a
+longer one (an ID, a serial, a digit string) digit by digit, as a reader would (num2words cannot say 307 digits)."""
 _CURRENCIES = {"$": ("dollar", "dollars", "cent", "cents"), "€": ("euro", "euros", "cent", "cents"),
                "£": ("pound", "pounds", "penny", "pence")}
 
@@ -317,8 +330,9 @@ _CURRENCIES = {"$": ("dollar", "dollars", "cent", "cents"), "€": ("euro", "eur
 def normalize_text(text: str, language: str | None = None) -> str:
     """`text` with its numbers spelled out for `language` (None: unchanged; "en": English, with num2words): currency
     ($ € £, cents, "$2.5 million"), times ("10:30 pm"), ordinals ("21st"), percentages, years 1100-2099 and decades
-    ("1990s"), other numbers ("1,234", "-3.14"). Control tags (`TAG_PATTERN`) are never changed. Needs num2words
-    (`pip install num2words`, or the `normalize` extra)."""
+    ("1990s"), other numbers ("1,234", "-3.14"); a number of more than `MAX_SPELLED_DIGITS` digits is read digit by
+    digit. Control tags (`TAG_PATTERN`) are never changed. Needs num2words (`pip install num2words`, or the `normalize`
+    extra)."""
     if language is None:
         return text
     if language != "en":
@@ -343,7 +357,10 @@ def _spelled(match: re.Match, words) -> str:
         meridiem = f" {found['meridiem'].upper()}M" if found["meridiem"] else " o'clock" if minutes == 0 else ""
         return said + meridiem
     if found["ordinal"]:
-        return words(int(found["ordinal"]), to="ordinal")
+        digits = found["ordinal"]
+        if len(digits.lstrip("0")) > MAX_SPELLED_DIGITS:  # the digits, the last one as an ordinal
+            return f"{_whole(digits[:-1], words)} {words(int(digits[-1]), to='ordinal')}"
+        return words(int(digits), to="ordinal")
     if found["percent"]:
         return _number(found["percent"], words) + " percent"
     if found["year"]:
@@ -352,10 +369,17 @@ def _spelled(match: re.Match, words) -> str:
     return _number(found["number"], words)
 
 
+def _whole(digits: str, words) -> str:
+    """A whole number: in words up to `MAX_SPELLED_DIGITS` digits, else its digits one by one."""
+    if len(digits.lstrip("0")) > MAX_SPELLED_DIGITS:
+        return " ".join(words(int(digit)) for digit in digits)
+    return words(int(digits))
+
+
 def _number(text: str, words) -> str:
     """A cardinal: "minus" for a leading "-", commas dropped, the digits after the point one by one."""
     whole, _, fraction = text.lstrip("-").replace(",", "").partition(".")
-    said = words(int(whole)) + (" point " + " ".join(words(int(digit)) for digit in fraction) if fraction else "")
+    said = _whole(whole, words) + (" point " + " ".join(words(int(digit)) for digit in fraction) if fraction else "")
     return "minus " + said if text.startswith("-") else said
 
 
@@ -365,17 +389,20 @@ def _money(symbol: str, amount: str, scale: str | None, words) -> str:
     if scale or len(fraction) not in (0, 2):  # "$2.5 million", "$1.234": the number, then the currency
         return f"{_number(amount, words)}{' ' + scale.lower() if scale else ''} {many}"
     units, hundredths = int(whole), int(fraction or 0)
-    said = [f"{words(units)} {one if units == 1 else many}"] if units or not hundredths else []
+    said = [f"{_whole(whole, words)} {one if units == 1 else many}"] if units or not hundredths else []
     said += [f"{words(hundredths)} {cent if hundredths == 1 else cents}"] if hundredths else []
     return " and ".join(said)
 
 
 __all__ = [
+    "CONTROL_TAG_FAMILIES",
     "DEFAULT_MAX_CHARS",
+    "MAX_SPELLED_DIGITS",
     "TAG_PATTERN",
     "DialogueLine",
     "SentenceCutter",
     "check_dialogue_voices",
+    "control_tags",
     "normalize_text",
     "nothing_to_speak",
     "parse_dialogue",

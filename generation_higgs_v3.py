@@ -305,7 +305,8 @@ def _left_aligned(input_ids, attention_mask) -> tuple:
     """Right-padded prompts (a pipeline's tokenizer pads on the side its repo files save, the original's right) moved
     to the left, where the prompt check and the decode step expect them; anything else as given (then validated)."""
     if not (isinstance(input_ids, torch.Tensor) and isinstance(attention_mask, torch.Tensor)
-            and input_ids.dim() == 2 and attention_mask.shape == input_ids.shape) or bool(attention_mask[:, -1].all()):
+            and input_ids.dim() == 2 and attention_mask.shape == input_ids.shape and input_ids.shape[1] > 0
+            ) or bool(attention_mask[:, -1].all()):  # an empty prompt goes on to the validator, which names it
         return input_ids, attention_mask
     trailing = (attention_mask.flip(-1).long().cumsum(-1) == 0).sum(-1, keepdim=True)  # [B, 1] right padding
     index = (torch.arange(input_ids.shape[1], device=input_ids.device) - trailing) % input_ids.shape[1]  # [B, L]
@@ -676,12 +677,12 @@ class HiggsAudioV3GenerationMixin(GenerationMixin):
         end_row = spec.speech_end_row(rows[..., 0])  # [B]
         lengths = speech_rows(end_row, spec.num_codebooks, rows.shape[1])
         finished = speech_finished(end_row, spec.num_codebooks, rows.shape[1])
-        if not bool(finished.all()):
-            logger.warning(
-                f"Sequence(s) {torch.nonzero(~finished).flatten().tolist()} reached max_new_tokens without ending "
-                "(codebook 0 emitted no EOC, or the rows after it did not fit): this is the model's known runaway "
-                "failure, usually followed by a silent tail. They are flagged in `finished`; consider shorter text "
-                "chunks or another seed."
+        if not bool(finished.all()):  # once per process (as transformers warns): `finished` flags each one
+            logger.warning_once(
+                "A sequence reached max_new_tokens without ending (codebook 0 emitted no EOC, or the rows after it did "
+                "not fit): this is the model's known runaway failure, usually followed by a silent tail. Every such "
+                "sequence is flagged in `finished` (this warning is shown once); consider shorter text chunks or "
+                "another seed."
             )
         if not return_dict and not output_audio:
             return rows

@@ -60,6 +60,9 @@ DEFAULT_DIALOGUE_PAUSE_SECONDS = 0.4
 DEFAULT_BATCH_SIZE = 8
 DEFAULT_RETRIES = 2
 MAX_RETRIES = 10  # a chunk is spoken at most 11 times: every request's work is bounded
+RETRIES_FIELD = "higgs_v3_retries"
+"""A model's own default for `retries`, a field of its generation config (`default_retries`): the random demo model
+(`tiny-random`) is saved with 0, since redoing noise only costs time; a model without it redoes `DEFAULT_RETRIES`."""
 DEFAULT_SECONDS_PER_CHAR = (0.02, 0.25)
 """A take that ended is too short below 0.02 s per character (50 per second: words skipped) and too long above 0.25 s
 per character plus one second, and one per control tag (4 per second: babble); normal speech is ~0.07 s per letter. A CJK character, kana or
@@ -310,9 +313,9 @@ class _Synthesizer:
     any voice is encoded; the codec is the model's to check (`encode_reference`, `generate(output_audio=True)`)."""
 
     def __init__(self, model, processor, *, pause_seconds, batch_size, seed, max_seconds, progress, generate_kwargs,
-                 retries=DEFAULT_RETRIES, seconds_per_char=DEFAULT_SECONDS_PER_CHAR, verify=None, max_wer=0.5):
+                 retries=None, seconds_per_char=DEFAULT_SECONDS_PER_CHAR, verify=None, max_wer=0.5):
         self.retries, self.seconds_per_char, self.verify, self.max_wer = check_take_options(
-            retries, seconds_per_char, verify, max_wer)
+            default_retries(model) if retries is None else retries, seconds_per_char, verify, max_wer)
         number = isinstance(pause_seconds, (int, float)) and not isinstance(pause_seconds, bool)
         if not number or not 0 <= pause_seconds < math.inf:
             raise ValueError(f"pause_seconds must be a non-negative number of seconds, got {pause_seconds!r}.")
@@ -443,6 +446,14 @@ def take_problem(finished: bool, seconds: float, text: str,
     return None
 
 
+def default_retries(model) -> int:
+    """`retries` when a caller leaves it unset (None): the model's own default (`RETRIES_FIELD` of its generation
+    config, 0 for the demo model), else `DEFAULT_RETRIES`. THE home of that default: the library, the command line and
+    the server all ask here."""
+    value = getattr(getattr(model, "generation_config", None), RETRIES_FIELD, None)
+    return DEFAULT_RETRIES if value is None else value
+
+
 def check_take_options(retries, seconds_per_char, verify, max_wer) -> tuple:
     """The retry options, checked once (a `ValueError` naming the first bad one): `retries` an integer in
     [0, MAX_RETRIES],
@@ -502,7 +513,7 @@ def synthesize_long(
     model: PreTrainedModel, processor: ProcessorMixin, text: str, *, reference: object | None = None,
     reference_text: str | None = None, sampling_rate: int | None = None, max_chars: int = DEFAULT_MAX_CHARS,
     pause_seconds: float = DEFAULT_PAUSE_SECONDS, batch_size: int = DEFAULT_BATCH_SIZE, seed: int | None = None,
-    max_seconds: float | None = None, progress: bool | object = False, retries: int = DEFAULT_RETRIES,
+    max_seconds: float | None = None, progress: bool | object = False, retries: int | None = None,
     seconds_per_char: tuple[float, float] | None = DEFAULT_SECONDS_PER_CHAR, verify=None, max_wer: float = 0.5,
     normalize: str | None = None, **generate_kwargs,
 ) -> SpeechResult:
@@ -512,7 +523,8 @@ def synthesize_long(
     from either import path; `max_chars` (300) bounds a chunk, `max_seconds` its audio (`max_new_tokens_for`); `seed`
     defaults to `draw_seed()`; `progress` is True (a tqdm bar on stderr) or a file to draw it on; `generate_kwargs`
     go to `model.generate`. A bad take (`take_problem` with `seconds_per_char`; with `verify`, an ASR pipeline, a WER
-    above `max_wer`) is redone up to `retries` times with `retry_seed`s; `ChunkResult.attempts` lists the takes.
+    above `max_wer`) is redone up to `retries` times (unset: `default_retries(model)`, 2, or 0 for the random demo
+    model) with `retry_seed`s; `ChunkResult.attempts` lists the takes.
     `normalize="en"` spells out numbers, dates and currency (`normalize_text`; off by default)."""
     jobs = speech_jobs(processor, text, max_chars, normalize)
     synthesizer = _Synthesizer(model, processor, pause_seconds=pause_seconds, batch_size=batch_size, seed=seed,
@@ -528,20 +540,21 @@ def synthesize_stream(
     model: PreTrainedModel, processor: ProcessorMixin, pieces: Iterable[str], *, reference: object | None = None,
     reference_text: str | None = None, sampling_rate: int | None = None, max_chars: int = DEFAULT_MAX_CHARS,
     pause_seconds: float = DEFAULT_PAUSE_SECONDS, seed: int | None = None, max_seconds: float | None = None,
-    retries: int = DEFAULT_RETRIES, seconds_per_char: tuple[float, float] | None = DEFAULT_SECONDS_PER_CHAR,
+    retries: int | None = None, seconds_per_char: tuple[float, float] | None = DEFAULT_SECONDS_PER_CHAR,
     verify=None, max_wer: float = 0.5, normalize: str | None = None, **generate_kwargs,
 ) -> Iterator[torch.FloatTensor]:
     """Speak a text while it is still arriving (`pieces`: an LLM's deltas): each sentence is spoken as soon as it is
-    complete (`stream_sentences`; a long one cut with `split_text`), and its waveform yielded (CPU float32 `[samples]`),
-    `pause_seconds` of silence before every one but the first. Chunk `k` uses seed `seed + k`; without `reference`, the
-    first chunk becomes the voice of the rest, as in `synthesize_long`, whose other options these are (a bad take is
-    redone before its sentence is yielded; `normalize` applies to each sentence)."""
+    complete (`stream_sentences`; a long one cut with `split_text` once it holds more than `max_chars`, as the
+    WebSocket's cutter cuts it, so the text held and the work per piece stay bounded), and its waveform yielded (CPU
+    float32 `[samples]`), `pause_seconds` of silence before every one but the first. Chunk `k` uses seed `seed + k`;
+    without `reference`, the first chunk becomes the voice of the rest, as in `synthesize_long`, whose other options
+    these are (a bad take is redone before its sentence is yielded; `normalize` applies to each sentence)."""
     synthesizer = _Synthesizer(model, processor, pause_seconds=pause_seconds, batch_size=1, seed=seed,
                                max_seconds=max_seconds, progress=False, generate_kwargs=generate_kwargs,
                                retries=retries, seconds_per_char=seconds_per_char, verify=verify, max_wer=max_wer)
     voice = None if reference is None else resolve_voice(model, processor, reference, reference_text, sampling_rate)
     index = 0
-    for sentence in stream_sentences(pieces):
+    for sentence in stream_sentences(pieces, max_chars):  # bounded: a sentence without an end is cut at max_chars
         sentence = normalize_text(processor.check_text(sentence, f"sentence {index + 1} of the stream"), normalize)
         for text in split_text(sentence, max_chars):
             chunk = synthesizer._run([SpeechJob(text, index)], {None: voice}, None)[index]
@@ -557,7 +570,7 @@ def synthesize_dialogue(
     voices: Mapping[str, object] | None = None, *, auto_voices: bool = False, max_chars: int = DEFAULT_MAX_CHARS,
     pause_seconds: float = DEFAULT_DIALOGUE_PAUSE_SECONDS, batch_size: int = DEFAULT_BATCH_SIZE,
     seed: int | None = None, max_seconds: float | None = None, progress: bool | object = False,
-    retries: int = DEFAULT_RETRIES, seconds_per_char: tuple[float, float] | None = DEFAULT_SECONDS_PER_CHAR,
+    retries: int | None = None, seconds_per_char: tuple[float, float] | None = DEFAULT_SECONDS_PER_CHAR,
     verify=None, max_wer: float = 0.5, normalize: str | None = None, **generate_kwargs,
 ) -> SpeechResult:
     r"""
@@ -583,11 +596,13 @@ __all__ = [
     "DEFAULT_PAUSE_SECONDS",
     "DEFAULT_RETRIES",
     "MAX_RETRIES",
+    "RETRIES_FIELD",
     "DEFAULT_SECONDS_PER_CHAR",
     "ChunkResult",
     "SpeechJob",
     "SpeechProgress",
     "SpeechResult",
+    "default_retries",
     "dialogue_jobs",
     "judge_take",
     "max_new_tokens_for",

@@ -33,7 +33,8 @@ from transformers.utils import logging
 
 from .audio_io_higgs_v3 import (REFERENCE_ADVICE, TARGET_ADVICE, VOICE_FILE_SUFFIXES, HiggsAudioV3Voice, ReferenceClip,
                                  check_length, load_reference, save_audio)
-from .chunking_higgs_v3 import TAG_PATTERN, normalize_text, nothing_to_speak
+from .chunking_higgs_v3 import CONTROL_TAG_FAMILIES  # noqa: F401 - its home is chunking; still importable here
+from .chunking_higgs_v3 import TAG_PATTERN, control_tags, normalize_text, nothing_to_speak
 from .codec_higgs_v3 import resampled_length
 from .delay_higgs_v3 import HiggsAudioV3AudioSpec, check_codes
 from .longform_higgs_v3 import SpeechResult, synthesize_dialogue, synthesize_long, synthesize_stream
@@ -54,7 +55,6 @@ PROMPT_TOKENS: dict[str, tuple[str, str]] = {  # role -> (token, the config fiel
     "ref_text": ("<|ref_text|>", "ref_text_token_id"),
 }
 
-CONTROL_TAG_FAMILIES = ("emotion", "style", "sfx", "prosody", "env")  # `<|family:name|>`; other `<|...|>`: structural
 
 REAL_ENCODED_LENGTH_KWARGS: dict = {  # the real codec's frame-count parameters (`_get_encoded_length`), the default
     "sample_rate": 24000, "semantic_sample_rate": 16000, "downsample_factor": 320, "hop_length": 960,
@@ -160,8 +160,7 @@ class HiggsAudioV3Processor(ProcessorMixin):
             raise ValueError(f"The tokenizer has no {missing[0]!r} token; a Higgs Audio v3 tokenizer has the 84 added "
                              "tokens of the original (ids 151643..151726).")
         self._token_ids = {role: added[token] for role, (token, _) in PROMPT_TOKENS.items()}
-        families = tuple(f"<|{family}:" for family in CONTROL_TAG_FAMILIES)
-        self._control_tags = sorted((t for t in added if t.startswith(families) and t.endswith("|>")), key=added.get)
+        self._control_tags = control_tags(added)
         self._structural_tokens = {t for t in added if TAG_PATTERN.fullmatch(t) and t not in self._control_tags}
         # Added tokens of no `<|...|>` form (e.g. `<tool_call>`): the tokenizer would make them special tokens.
         reserved = sorted((t for t in added if not TAG_PATTERN.fullmatch(t)), key=len, reverse=True)
@@ -669,7 +668,8 @@ def _conversation_problem(messages, where: str) -> tuple[str | None, list]:
     if len(messages) > 2:
         return f"{Where} has {len(messages)} messages; at most two.", []
     turns = []
-    for number, message in enumerate(messages):
+    for number in reversed(range(len(messages))):  # the last first: audio there is the mistake, not none before it
+        message = messages[number]
         here = f"message {number} of {where}"
         Here = here[:1].upper() + here[1:]
         content = message.get("content") if isinstance(message, dict) else None
@@ -696,7 +696,7 @@ def _conversation_problem(messages, where: str) -> tuple[str | None, list]:
         if not all(isinstance(text, str) for text in texts):
             bad = next(text for text in texts if not isinstance(text, str))
             return f"A text item of {here} holds {type(bad).__name__} {bad!r:.40}; 'text' must be a string.", []
-        turns.append((message, list(content), audio, "".join(texts)))
+        turns.insert(0, (message, list(content), audio, "".join(texts)))
     return None, turns
 
 

@@ -609,18 +609,14 @@ def batch_from_args(args) -> tuple[BatchSummary, bool]:
 
 
 def _take_options(args, model) -> dict:
-    """`run_batch`'s options for bad takes from the command's: `--retries` (unset: the library's default, or
-    `TINY_RANDOM_RETRIES` for the demo model), and `--verify`'s ASR pipeline (loaded on the model's device) with
-    `--max-wer`."""
-    from .models import TINY_RANDOM, TINY_RANDOM_RETRIES
-
+    """`run_batch`'s options for bad takes from the command's: `--retries` (unset: the model's default,
+    `longform_higgs_v3.default_retries`: 0 for the demo model), and `--verify`'s ASR pipeline (loaded on the model's
+    device) with `--max-wer`."""
     options = {} if getattr(args, "retries", None) is None else {"retries": args.retries}
-    if getattr(args, "retries", None) is None and args.model == TINY_RANDOM:
-        options["retries"] = TINY_RANDOM_RETRIES
     if getattr(args, "verify", None):
         from ..evaluation.scoring import load_asr
 
-        options |= {"verify": load_asr(args.verify, str(model.device)), "max_wer": args.max_wer}
+        options |= {"verify": load_asr(args.verify, str(model.device), "--verify"), "max_wer": args.max_wer}
     return options
 
 

@@ -624,8 +624,6 @@ class SpeakRequest:
             request.generate_kwargs["do_sample"] = False
         options = {"max_chars": args.max_chars, "pause_seconds": args.pause, "batch_size": args.batch_size,
                    "max_seconds": args.max_seconds, "retries": args.retries, "normalize": args.normalize}
-        if args.retries is None and args.model == TINY_RANDOM:
-            options["retries"] = TINY_RANDOM_RETRIES
         request.longform_options = {name: value for name, value in options.items() if value is not None}
         return request
 
@@ -782,7 +780,7 @@ class SpeakRequest:
         if self.verify:
             from ..evaluation.scoring import load_asr
 
-            options |= {"verify": load_asr(self.verify, str(model.device)), "max_wer": self.max_wer}
+            options |= {"verify": load_asr(self.verify, str(model.device), "--verify"), "max_wer": self.max_wer}
         if self.dialogue:
             return longform.synthesize_dialogue(model, processor, self.text, self.voices, auto_voices=self.auto_voices,
                                                 **options)
@@ -937,9 +935,11 @@ def cmd_make_tiny(args) -> int:
     if output.exists() and not output.is_dir():
         raise CliError(f"{args.output!r} is a file; give a folder to write the model into.")
     if args.original:
+        from ..audio_io_higgs_v3 import follow_umask
         from ..testing.tiny import write_tiny_original_checkpoint
 
         path = write_tiny_original_checkpoint(output, seed=args.seed, with_codec=not args.no_codec)
+        follow_umask(path)  # safetensors' writer leaves 0600
         print(f"Wrote a tiny original-layout Higgs Audio v3 checkpoint to {path} (convert it with higgs-v3 convert).")
     else:
         path = write_tiny_random(output, seed=args.seed, with_codec=not args.no_codec)
@@ -948,8 +948,14 @@ def cmd_make_tiny(args) -> int:
 
 
 def cmd_tags(args) -> int:
-    processor = load_processor(resolve_model(args.model, lambda m: print(m, file=sys.stderr)))
-    for tag in processor.valid_tags():
+    """The control tags of the model's tokenizer (`chunking_higgs_v3.control_tags`), read from its `tokenizer.json`
+    without loading a tokenizer or torch (the processor's `valid_tags` when the folder has no such file)."""
+    from ..chunking_higgs_v3 import control_tags
+    from .models import added_tokens
+
+    folder = resolve_model(args.model, lambda m: print(m, file=sys.stderr))
+    added = added_tokens(folder)
+    for tag in control_tags(added) if added is not None else load_processor(folder).valid_tags():
         print(tag)
     return 0
 

@@ -24,7 +24,9 @@ DEFAULT_MODEL = "bosonai/higgs-audio-v3-tts-4b"
 TINY_RANDOM = "tiny-random"
 # The random demo model never ends its speech by itself, so its generation config caps a chunk at 3 s of audio.
 TINY_RANDOM_MAX_SECONDS = 3
-# Nor would another seed end it: its bad takes are not redone unless --retries asks (redoing noise only costs time).
+# Nor would another seed end it: its bad takes are not redone unless retries / --retries asks (redoing noise only costs
+# time). Saved into its generation config (`longform_higgs_v3.RETRIES_FIELD`), so the library, the command line and the
+# server all take it from the model (`default_retries`).
 TINY_RANDOM_RETRIES = 0
 
 
@@ -57,37 +59,56 @@ def _tiny_fingerprint(seed: int) -> str:
 
 def write_tiny_random(directory: str | os.PathLike, seed: int = 0, with_codec: bool = True) -> Path:
     """`testing.tiny.make_tiny_random_model` plus a demo generation config: at most `TINY_RANDOM_MAX_SECONDS` of
-    audio per generation (random weights never emit the end of speech)."""
+    audio per generation (random weights never emit the end of speech) and `TINY_RANDOM_RETRIES` redone takes."""
     from transformers import GenerationConfig
 
     from ..configuration_higgs_v3 import HiggsAudioV3Config
+    from ..conversion.folders import follow_umask
+    from ..longform_higgs_v3 import RETRIES_FIELD
     from ..testing.tiny import make_tiny_random_model
 
     directory = make_tiny_random_model(directory, seed=seed, with_codec=with_codec)
     generation_config = GenerationConfig.from_pretrained(directory)
     spec = HiggsAudioV3Config.from_pretrained(directory).audio_spec
     generation_config.max_new_tokens = spec.rows_for_seconds(TINY_RANDOM_MAX_SECONDS)
+    setattr(generation_config, RETRIES_FIELD, TINY_RANDOM_RETRIES)
     generation_config.save_pretrained(directory)
+    follow_umask(directory)  # safetensors' writer leaves 0600: another user could not load it
     return Path(directory)
+
+
+def check_tiny_random_target(target: Path, stamp: Path) -> None:
+    """The demo model is (re)built into `target` only when it is absent, empty, or a demo model built before (`stamp`
+    in it): a file or another folder named by `HIGGS_V3_TINY_RANDOM` is refused, untouched (a rebuild replaces it)."""
+    named = "$HIGGS_V3_TINY_RANDOM" if os.environ.get("HIGGS_V3_TINY_RANDOM") else "The tiny random model's folder"
+    if target.exists() and not target.is_dir():
+        raise ValueError(f"{named} ({str(target)!r}) is a file; it must name a folder for the tiny random demo model "
+                         "(absent, empty, or built there before). The file was left as it is.")
+    if target.is_dir() and not stamp.is_file() and any(target.iterdir()):
+        raise ValueError(f"{named} ({str(target)!r}) is a folder that holds something else than the tiny random demo "
+                         "model; name an absent or empty folder (building the model there would replace it). The "
+                         "folder was left as it is.")
 
 
 def ensure_tiny_random(log=None) -> Path:
     """The tiny random demo model, built once into `tiny_random_dir()` (rebuilt when this package's code changed), with
     `conversion.folders.staged_folder` (so no process ever sees half a model) under a lock on its parent folder (so
     concurrent processes build it once)."""
-    from ..conversion.folders import folder_lock, staged_folder
-
     target = tiny_random_dir()
     stamp, fingerprint = target / ".higgs_v3_tiny_random", _tiny_fingerprint(seed=0)
 
     def current() -> bool:
         return stamp.is_file() and stamp.read_text().strip() == fingerprint
 
-    if current():
+    if current():  # before any import of torch (the writers'): `higgs-v3 tags` needs none
         return target
+    from ..conversion.folders import folder_lock, staged_folder
+
+    check_tiny_random_target(target, stamp)
     with folder_lock(target.parent):
         if current():  # built by a concurrent run while this one waited
             return target
+        check_tiny_random_target(target, stamp)
         if log is not None:
             log(f"Building the tiny random demo model in {target} (once; a few seconds)...")
         with staged_folder(target, "building") as staging:
@@ -174,6 +195,16 @@ def _device(name: str):
     return device
 
 
+def added_tokens(path: Path) -> dict[str, int] | None:
+    """`{token: id}` of the added tokens in the model folder's `tokenizer.json`, read as JSON (no tokenizer, no torch);
+    None when the folder has no such file (the processor then says what the tokenizer holds)."""
+    file = Path(path) / "tokenizer.json"
+    if not file.is_file():
+        return None
+    tokens = read_json(file, "The tokenizer file").get("added_tokens", [])
+    return {token["content"]: int(token["id"]) for token in tokens if isinstance(token, dict) and "content" in token}
+
+
 def load_processor(path: Path):
     """The installed package's processor of the folder `path`; a damaged tokenizer or processor file is a
     `ValueError` that names the folder."""
@@ -234,6 +265,11 @@ def load_model(path: Path, device: str, dtype: str):
     try:
         model = HiggsAudioV3ForConditionalGeneration.from_pretrained(str(path), dtype=dtype)
     except Exception as error:
+        from ..conversion.original_format import first_permission_problem
+
+        if isinstance(error, OSError | ValueError) or type(error).__name__ == "SafetensorError":
+            if (problem := first_permission_problem(path)) is not None:  # safetensors calls it a missing file
+                raise problem from error
         if type(error).__name__ != "SafetensorError":  # safetensors' own error for a truncated or foreign file
             raise
         reason = " ".join(str(error).split())
@@ -246,9 +282,11 @@ __all__ = [
     "TINY_RANDOM",
     "TINY_RANDOM_RETRIES",
     "TINY_RANDOM_MAX_SECONDS",
+    "added_tokens",
     "auto_dtype",
     "cache_dir",
     "check_generation_config",
+    "check_tiny_random_target",
     "ensure_tiny_random",
     "load_model",
     "load_processor",

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from transformers.utils import logging
 
-from ..audio_io_higgs_v3 import atomic_output
+from ..audio_io_higgs_v3 import atomic_output, follow_umask
 from .original_format import ConversionError
 
 
@@ -230,6 +230,18 @@ def disk_full_error(path: Path, what: str, needed: int | None = None, kept: str 
     return error
 
 
+def not_writable_error(output: Path, error: OSError) -> OSError:
+    """THE message of an output folder whose parent cannot be written into (permission, a read-only or virtual file
+    system such as /sys or /proc): an `OSError` with the cause's errno, one line. A full disk is `disk_full_error`."""
+    if is_disk_full(error, output):
+        return disk_full_error(output, "the output", None, "nothing was written")
+    reason = error.strerror or " ".join(str(error).split()) or type(error).__name__
+    failure = OSError(f"Cannot write the output {str(output)!r}: its folder {str(output.parent)!r} is not writable "
+                      f"({reason}); nothing was written. Choose an output folder you can write to.")
+    failure.errno = error.errno
+    return failure
+
+
 def folder_size(staging: Path) -> int:
     """The bytes of the files in a folder (0 when it is gone)."""
     return sum(path.stat().st_size for path in staging.rglob("*") if path.is_file())
@@ -249,17 +261,25 @@ def staged_folder(output: Path, kind: str, *, overwrite: bool = True, needed: in
     >>> with staged_folder(Path("out/model"), "saving") as staging:  # doctest: +SKIP
     ...     model.save_pretrained(staging)
     """
-    output.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise not_writable_error(output, error) from error
     clean_stale_siblings(output)
     what, kept = f"the {STAGING_KINDS[kind]}'s output", "the previous output, if any, is unchanged"
+    try:  # first: a folder that cannot be written into (/sys, a read-only mount) is that, not a full disk
+        staging = staging_folder(output, kind)
+    except OSError as error:
+        raise not_writable_error(output, error) from error
     if needed and (free := _free_bytes(output.parent)) is not None and free < needed:
+        shutil.rmtree(staging, ignore_errors=True)
         raise disk_full_error(output, what, needed, f"nothing was written; {kept}")
-    staging = staging_folder(output, kind)
     try:
         yield staging
         if not overwrite and output.is_dir() and any(output.iterdir()):
             raise ConversionError(f"The output folder {str(output)!r} became non-empty during the "
                                   f"{STAGING_KINDS[kind]}; not replacing it.")
+        follow_umask(staging)  # safetensors' writer leaves 0600: another user could not load the output
         swap_into_place(staging, output)
     except BaseException as error:
         full = not isinstance(error, KeyboardInterrupt) and is_disk_full(error, staging)

@@ -22,6 +22,7 @@ paying for torch. It imports neither the converter nor the test fixtures; both i
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -412,6 +413,31 @@ def read_codec_config_file(path: str | os.PathLike) -> dict:
     return {key: value for key, value in config.items() if key not in CODEC_CONFIG_BOOKKEEPING_KEYS}
 
 
+def permission_problem(path: str | os.PathLike) -> PermissionError | None:
+    """A `PermissionError` that says so when the existing file `path` cannot be opened for reading by this process
+    (some readers, safetensors' among them, report that as a missing file or a damaged one), else None."""
+    path = Path(path)
+    try:
+        with open(path, "rb"):
+            return None
+    except PermissionError:
+        info = path.stat()
+        return PermissionError(
+            f"Permission denied reading {str(path)!r} (mode {info.st_mode & 0o777:04o}, owner uid {info.st_uid}): this "
+            "user cannot read it. Make it readable (chmod a+r, or write it under umask 022) or run as its owner.")
+    except OSError:
+        return None
+
+
+def first_permission_problem(folder: str | os.PathLike) -> PermissionError | None:
+    """`permission_problem` of the first unreadable file directly in `folder` (None when all can be read)."""
+    with contextlib.suppress(OSError):
+        for path in sorted(Path(folder).iterdir()):
+            if path.is_file() and (problem := permission_problem(path)) is not None:
+                return problem
+    return None
+
+
 def read_header(path: Path) -> dict[str, SourceTensor]:
     """The tensors of one safetensors file (headers only); a truncated or corrupted file raises a `ConversionError`."""
     from safetensors import safe_open
@@ -421,6 +447,8 @@ def read_header(path: Path) -> dict[str, SourceTensor]:
             slices = {name: f.get_slice(name) for name in f.keys()}
             return {name: SourceTensor(name, path, s.get_dtype(), tuple(s.get_shape())) for name, s in slices.items()}
     except Exception as error:  # safetensors raises its own error type (and OSError for I/O problems)
+        if (problem := permission_problem(path)) is not None:  # safetensors calls it a missing or damaged file
+            raise problem from error
         raise ConversionError(
             f"{str(path)!r} is not a valid safetensors file ({error}). It is probably truncated or corrupted: "
             "download it again."
@@ -450,6 +478,40 @@ def read_rows_at(tensor: SourceTensor, indices: list[int]) -> torch.Tensor:
         return torch.cat([piece[index:index + 1] for index in indices])
 
 
+# -------------------------------------------------------------------------------------------------------------- hub
+HUB_PROBE_SECONDS: float = 3.0
+"""How long `hub_offline_reason` waits for the Hub's endpoint to accept a connection."""
+
+
+def hub_offline_reason(timeout: float = HUB_PROBE_SECONDS) -> str | None:
+    """Why the Hub cannot be used now (`HF_HUB_OFFLINE` is set, or its endpoint did not accept a TCP connection within
+    `timeout` seconds), or None. The probe replaces `huggingface_hub`'s retries (about ten, over 30-40 s) with one
+    short wait; behind a proxy (`HTTPS_PROXY` / `ALL_PROXY`) it is skipped, as a direct connection says nothing there."""
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return "HF_HUB_OFFLINE is set"
+    if any(os.environ.get(key) for key in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return None
+    endpoint = urlparse(constants.ENDPOINT)
+    host, port = endpoint.hostname or "huggingface.co", endpoint.port or (443 if endpoint.scheme == "https" else 80)
+    if _can_connect(host, port, timeout):
+        return None
+    return f"the Hub ({constants.ENDPOINT}) did not answer within {timeout:g} s"
+
+
+def _can_connect(host: str, port: int, timeout: float) -> bool:
+    import socket
+
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
 def resolve_input(input_path: str | os.PathLike, revision: str | None = None, cache_dir: str | None = None) -> Path:
     """A local folder as is, or a Hub repo id downloaded with `huggingface_hub.snapshot_download`
     (`HUB_DOWNLOAD_PATTERNS` only: no pickle)."""
@@ -468,13 +530,21 @@ def resolve_input(input_path: str | os.PathLike, revision: str | None = None, ca
         )
     import huggingface_hub
 
+    offline = hub_offline_reason()  # one short probe, not huggingface_hub's retries (tens of seconds) offline
     try:
         return Path(
             huggingface_hub.snapshot_download(
-                repo_id=text, revision=revision, cache_dir=cache_dir, allow_patterns=HUB_DOWNLOAD_PATTERNS
+                repo_id=text, revision=revision, cache_dir=cache_dir, allow_patterns=HUB_DOWNLOAD_PATTERNS,
+                **({"local_files_only": True} if offline else {}),
             )
         )
     except Exception as error:  # network, authentication, unknown repo or revision: all end the conversion here
+        if offline:  # one line, without huggingface_hub's chained tracebacks
+            raise ConversionError(
+                f"Could not download {text!r} (revision {revision or 'main'}) from the Hugging Face Hub: {offline}, "
+                f"and it is not in the local Hugging Face cache. Download it once while online (`hf download {text}`) "
+                "or give a local folder with the checkpoint."
+            ) from None
         raise ConversionError(
             f"Could not download {text!r} (revision {revision or 'main'}) from the Hugging Face Hub: {error}"
         ) from error
@@ -608,12 +678,16 @@ def read_original(directory: str | os.PathLike) -> OriginalCheckpoint:
 
 __all__ = [
     "ADDED_TOKENS",
+    "HUB_PROBE_SECONDS",
     "AUDIO_EMBEDDING",
     "AUDIO_HEAD",
     "CODEC_CONFIG_BOOKKEEPING_KEYS",
     "CODEC_EXTRA_KEY",
     "CODEC_PREFIX",
     "ConversionError",
+    "first_permission_problem",
+    "hub_offline_reason",
+    "permission_problem",
     "FINAL_NORM",
     "FIRST_ADDED_TOKEN_ID",
     "FLOAT_DTYPES",

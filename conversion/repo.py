@@ -10,7 +10,8 @@ upload. The converter (`convert_checkpoint.py`) plans what goes where; this modu
   for byte (the chat template excepted: the TTS one replaces ChatML), the processor's files, the source's
   LICENSE/NOTICE files; `write_model_card` writes `README.md`.
 - `check_output_folder`: every file a `trust_remote_code=True` load needs is there. The Hub: `hub_offline_reason` (a
-  short probe instead of retries), `check_hub_push` (before converting), `push_folder_to_hub`
+  short probe instead of retries; its home is `original_format`, whose download uses it), `check_hub_push` (before
+  converting), `push_folder_to_hub`
   (`HfApi.upload_folder`; a failed upload is a `PushError`).
 """
 
@@ -29,7 +30,9 @@ import torch
 
 from ..configuration_higgs_v3 import HiggsAudioV3Config
 from ..generation_higgs_v3 import default_generation_config
-from .original_format import (
+from .original_format import (  # HUB_PROBE_SECONDS, hub_offline_reason: re-exported
+    HUB_PROBE_SECONDS,
+    hub_offline_reason,
     ORIGINAL_REPO_ID,
     ConversionError,
     OriginalCheckpoint,
@@ -459,39 +462,6 @@ def write_repo_files(source_dir: Path, config: HiggsAudioV3Config, output: Path)
 
 
 # -------------------------------------------------------------------------------------------------------------- hub
-HUB_PROBE_SECONDS: float = 3.0
-"""How long `hub_offline_reason` waits for the Hub's endpoint to accept a connection."""
-
-
-def hub_offline_reason(timeout: float = HUB_PROBE_SECONDS) -> str | None:
-    """Why the Hub cannot be used now (`HF_HUB_OFFLINE` is set, or its endpoint did not accept a TCP connection within
-    `timeout` seconds), or None. The probe replaces `huggingface_hub`'s retries (about ten, over 30-40 s) with one
-    short wait; behind a proxy (`HTTPS_PROXY` / `ALL_PROXY`) it is skipped, as a direct connection says nothing there."""
-    from urllib.parse import urlparse
-
-    from huggingface_hub import constants
-
-    if constants.HF_HUB_OFFLINE:
-        return "HF_HUB_OFFLINE is set"
-    if any(os.environ.get(key) for key in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
-        return None
-    endpoint = urlparse(constants.ENDPOINT)
-    host, port = endpoint.hostname or "huggingface.co", endpoint.port or (443 if endpoint.scheme == "https" else 80)
-    if _can_connect(host, port, timeout):
-        return None
-    return f"the Hub ({constants.ENDPOINT}) did not answer within {timeout:g} s"
-
-
-def _can_connect(host: str, port: int, timeout: float) -> bool:
-    import socket
-
-    try:
-        with socket.create_connection((host, port), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
 def check_hub_push(repo_id: str, token: str | None = None, done: str = "converted") -> str:
     """Before a long conversion (or fine-tuning: `done="trained"`): the Hub answers and a token is there and valid
     (`HfApi.whoami`). Returns the user name; raises a `ConversionError` that says what to do."""

@@ -16,6 +16,25 @@ JSONL_KEYS = {"utt": "the utterance id (required)", "text": "the text to speak (
 """The keys of a JSONL evaluation manifest."""
 
 
+MAX_ITEM_CHARACTERS: int = 450
+"""The most spoken characters (`longform_higgs_v3.spoken_characters`: CJK counts 3) of an item's text: about 30 s of
+speech, the window an ASR model such as Whisper transcribes at once. An evaluation item is one utterance
+(Seed-TTS-eval's are one or two sentences); long texts are what `higgs-v3 speak` and `batch` are for."""
+
+
+def split_list_line(line: str) -> list[str]:
+    """The `|`-separated fields of a Seed-TTS-eval list line; a `|` inside a control tag (`<|sfx:laughter|>`, any
+    `chunking_higgs_v3.TAG_PATTERN` match) is part of the text, not a separator."""
+    from ..chunking_higgs_v3 import TAG_PATTERN
+
+    fields, start, tags = [], 0, [match.span() for match in TAG_PATTERN.finditer(line)]
+    for index, character in enumerate(line):
+        if character == "|" and not any(a <= index < b for a, b in tags):
+            fields.append(line[start:index])
+            start = index + 1
+    return [*fields, line[start:]]
+
+
 @dataclass(frozen=True)
 class EvalItem:
     """One utterance: its id, the text to speak, the prompt clip (a resolved path) and its transcript, the line it came
@@ -36,6 +55,12 @@ def _item(fields: dict, folder: Path, where: str, number: int) -> EvalItem:
     utt = fields["utt"].strip()
     if "/" in utt or "\\" in utt or utt.startswith("."):
         raise ValueError(f"{where}: utterance id {utt!r} must be a plain name (it names the audio file).")
+    from ..longform_higgs_v3 import spoken_characters
+
+    if (count := spoken_characters(fields["text"])) > MAX_ITEM_CHARACTERS:
+        raise ValueError(f"{where}: utterance {utt!r} has {count} spoken characters; an evaluation item is one "
+                         f"utterance of at most {MAX_ITEM_CHARACTERS} (about 30 s of speech, what the ASR model "
+                         "transcribes at once). Speak long texts with higgs-v3 speak or batch.")
     prompt_text = fields.get("prompt_text")
     if prompt_text is not None and not isinstance(prompt_text, str):
         raise ValueError(f"{where}: 'prompt_text' must be a string, got {prompt_text!r}.")
@@ -69,7 +94,7 @@ def read_items(path: str | os.PathLike) -> list[EvalItem]:
                 raise ValueError(f"{where} must be a JSON object with the keys {', '.join(JSONL_KEYS)}; got "
                                  f"{raw[:80]!r}.")
         else:
-            parts = raw.split("|")
+            parts = split_list_line(raw)
             if len(parts) not in (4, 5):
                 raise ValueError(f"{where} has {len(parts)} '|'-separated fields; a Seed-TTS-eval list has "
                                  "utt|prompt_text|prompt_wav|text (and optionally a fifth, ignored).")
@@ -101,4 +126,4 @@ def batch_manifest(items: list[EvalItem], path: Path) -> Path:
     return path
 
 
-__all__ = ["JSONL_KEYS", "EvalItem", "batch_manifest", "read_items"]
+__all__ = ["JSONL_KEYS", "MAX_ITEM_CHARACTERS", "EvalItem", "batch_manifest", "read_items", "split_list_line"]

@@ -38,11 +38,62 @@ def resolve_scorer(name: str, what: str, option: str) -> str:
                          ) from error
 
 
-def load_asr(name: str, device: str = "cpu"):
-    """`pipeline("automatic-speech-recognition")` of the model `name` (`resolve_scorer`), on `device`."""
+def check_scorer_kind(folder: str, name: str, kind: str, option: str) -> None:
+    """The model in `folder` (named `name` by `option`) must be of `kind`: "asr" (a CTC or sequence-to-sequence speech
+    recognition model, what `pipeline("automatic-speech-recognition")` runs) or "speaker" (an x-vector model,
+    `AutoModelForAudioXVector`); a `ValueError` naming what it is otherwise."""
+    from transformers import AutoConfig
+    from transformers.models.auto import modeling_auto
+
+    try:
+        config = AutoConfig.from_pretrained(folder)
+    except (OSError, ValueError) as error:
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise ValueError(f"Cannot read the config of {name!r} ({option}): {reason}") from error
+    if kind == "asr":
+        mappings = (modeling_auto.MODEL_FOR_CTC_MAPPING_NAMES, modeling_auto.MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES)
+        what, example = "a speech recognition model (Whisper, Wav2Vec2 CTC, ...)", "openai/whisper-large-v3"
+    else:
+        mappings = (modeling_auto.MODEL_FOR_AUDIO_XVECTOR_MAPPING_NAMES,)
+        what, example = "a speaker-verification x-vector model (WavLMForXVector, ...)", DEFAULT_SPEAKER_MODEL
+    classes = {name for mapping in mappings for names in mapping.values()
+               for name in ((names,) if isinstance(names, str) else names)}
+    architectures = getattr(config, "architectures", None) or []
+    # A checkpoint names its head (WavLM's x-vector and CTC heads share one config type); else the config type decides.
+    accepted = (any(a in classes for a in architectures) if architectures else
+                any(config.model_type in mapping for mapping in mappings))
+    if not accepted:
+        found = f"{config.model_type} model" + (f" ({', '.join(architectures)})" if architectures else "")
+        raise ValueError(f"{option} {name!r} is a {found}, not {what}; give one such as {example}.")
+
+
+def load_asr(name: str, device: str = "cpu", option: str = "--asr"):
+    """`pipeline("automatic-speech-recognition")` of the model `name` (`resolve_scorer`, `check_scorer_kind`), on
+    `device`."""
     from transformers import pipeline
 
-    return pipeline("automatic-speech-recognition", model=resolve_scorer(name, "ASR model", "--asr"), device=device)
+    folder = resolve_scorer(name, "ASR model", option)
+    check_scorer_kind(folder, name, "asr", option)
+    return pipeline("automatic-speech-recognition", model=folder, device=device)
+
+
+def check_language(asr, name: str, language: str | None) -> None:
+    """`--language` must be one the ASR pipeline `asr` (the model `name`) takes: a Whisper model's (tried on a second of
+    silence, so its own check speaks); another kind of model transcribes its own language and takes none."""
+    if language is None:
+        return
+    if asr.model.config.model_type != "whisper":
+        raise ValueError(f"--language is passed to Whisper ASR models only; {name!r} is a "
+                         f"{asr.model.config.model_type} model, which transcribes the language it was trained on: "
+                         "drop --language.")
+    import torch
+
+    try:
+        transcribe(asr, [torch.zeros(asr.feature_extractor.sampling_rate)], asr.feature_extractor.sampling_rate,
+                   language)
+    except ValueError as error:
+        reason = " ".join(str(error).split()) or type(error).__name__
+        raise ValueError(f"--language {language!r} cannot be used with the ASR model {name!r}: {reason}") from error
 
 
 def transcribe(asr, waveforms: list, sampling_rate: int, language: str | None = None, batch_size: int = 8) -> list[str]:
@@ -66,6 +117,7 @@ class SpeakerEncoder:
         from transformers import AutoFeatureExtractor, AutoModelForAudioXVector
 
         folder = resolve_scorer(name, "speaker-verification model", "--speaker-model")
+        check_scorer_kind(folder, name, "speaker", "--speaker-model")
         self.features = AutoFeatureExtractor.from_pretrained(folder)
         self.model = AutoModelForAudioXVector.from_pretrained(folder).to(device).eval()
         self.device = device
@@ -110,38 +162,80 @@ def summarize(rows: list[dict], rtf: float | None, models: dict) -> dict:
     }
 
 
-def write_plots(rows: list[dict], folder: Path) -> list[str]:
-    """WER and SIM histograms and duration against text length (`spoken_characters`), as PNG files in `folder`;
-    without matplotlib, none (returns the files written)."""
+def draw_plots(rows: list[dict]) -> dict:
+    """The evaluation's figures by file name (matplotlib `Figure`s; None without matplotlib): WER and SIM histograms
+    (finished items and runaway items, those with a chunk that never ended, stacked in two colours; the mean of all as
+    a dashed line) and duration against text length (`spoken_characters`; runaway items as red crosses)."""
     try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        from matplotlib import pyplot
+        import matplotlib  # noqa: F401 - first: it alone says whether matplotlib is there
+        from matplotlib.figure import Figure
     except ImportError:
+        return None
+
+    runaway = [not row["finished"] for row in rows]
+    groups = {"finished": [r for r, bad in zip(rows, runaway) if not bad],
+              "runaway": [r for r, bad in zip(rows, runaway) if bad]}
+    colours = {"finished": "tab:blue", "runaway": "tab:red"}
+
+    def histogram(axes, key: str, label: str):
+        values = {name: [r[key] for r in group if r[key] is not None and not math.isnan(r[key])]
+                  for name, group in groups.items()}
+        shown = {name: v for name, v in values.items() if v}
+        if shown:
+            axes.hist(list(shown.values()), bins=20, stacked=True, color=[colours[n] for n in shown],
+                      label=[f"{name} ({len(v)})" for name, v in shown.items()])
+        everything = [v for vs in values.values() for v in vs]
+        if everything:
+            mean = sum(everything) / len(everything)
+            axes.axvline(mean, color="black", linestyle="--", label=f"mean {mean:.3f}")
+        axes.set_xlabel(label)
+        axes.set_ylabel("items")
+        axes.legend(fontsize="small")
+
+    def scatter(axes):
+        for name, group in groups.items():
+            if group:
+                axes.scatter([r["characters"] for r in group], [r["duration"] for r in group], s=12 if
+                             name == "finished" else 30, marker="o" if name == "finished" else "x",
+                             color=colours[name], label=f"{name} ({len(group)})")
+        axes.set_xlabel("spoken characters of the text")
+        axes.set_ylabel("seconds of audio")
+        axes.legend(fontsize="small")
+
+    plots = {
+        "wer_hist.png": ("WER per item", lambda axes: histogram(axes, "wer", "word error rate (0 = every word right)")),
+        "sim_hist.png": ("speaker similarity per item", lambda axes: histogram(
+            axes, "sim", "speaker similarity to the prompt (cosine)")),
+        "duration_vs_length.png": ("seconds of audio against spoken characters", scatter),
+    }
+    figures = {}
+    for name, (title, draw) in plots.items():
+        figure = Figure(figsize=(5.5, 3.8), layout="constrained")
+        axes = figure.subplots()
+        draw(axes)
+        axes.set_title(title)
+        figures[name] = figure
+    return figures
+
+
+def write_plots(rows: list[dict], folder: Path) -> list[str]:
+    """`draw_plots` as PNG files in `folder`, each written atomically; without matplotlib, none (returns the files
+    written)."""
+    figures = draw_plots(rows)
+    if figures is None:
         return []
     from ..audio_io_higgs_v3 import atomic_output
 
     folder.mkdir(parents=True, exist_ok=True)
-    plots = {
-        "wer_hist.png": ("WER per item", lambda axes: axes.hist([r["wer"] for r in rows], bins=20)),
-        "sim_hist.png": ("speaker similarity per item", lambda axes: axes.hist([r["sim"] for r in rows], bins=20)),
-        "duration_vs_length.png": ("seconds of audio against spoken characters", lambda axes: axes.scatter(
-            [r["characters"] for r in rows], [r["duration"] for r in rows], s=8)),
-    }
     written = []
-    for name, (title, draw) in plots.items():
-        figure, axes = pyplot.subplots(figsize=(5, 3.5))
-        draw(axes)
-        axes.set_title(title)
+    for name, figure in figures.items():
         with atomic_output(folder / name) as temporary:
             figure.savefig(temporary, format="png", dpi=100)
-        pyplot.close(figure)
         written.append(str(folder / name))
     return written
 
 
 __all__ = [
-    "DEFAULT_ASR", "DEFAULT_SPEAKER_MODEL", "SpeakerEncoder", "load_asr", "resolve_scorer", "summarize", "transcribe",
-    "write_plots",
+    "DEFAULT_ASR", "DEFAULT_SPEAKER_MODEL", "SpeakerEncoder", "check_language", "check_scorer_kind", "draw_plots",
+    "load_asr", "resolve_scorer", "summarize", "transcribe", "write_plots",
 ]

@@ -59,7 +59,7 @@ from ..audio_io_higgs_v3 import audio_url_problem, fetch_audio_url, is_audio_url
 from ..chunking_higgs_v3 import DEFAULT_MAX_CHARS, TAG_PATTERN, SentenceCutter, nothing_to_speak, split_text
 from ..conversion.folders import disk_full_error, is_disk_full
 from ..longform_higgs_v3 import (
-    DEFAULT_PAUSE_SECONDS, DEFAULT_RETRIES, DEFAULT_SECONDS_PER_CHAR, _voice_from_chunk, check_take_options,
+    DEFAULT_PAUSE_SECONDS, DEFAULT_SECONDS_PER_CHAR, _voice_from_chunk, check_take_options, default_retries,
     resolve_voice, rows_for_max_seconds,
 )
 from ..sampling_higgs_v3 import check_seed, draw_seed
@@ -88,7 +88,7 @@ class ServeSettings:
     max_input_chars: int = 4096
     max_body_bytes: int = 16 * 1024 * 1024
     max_seconds: float | None = None
-    retries: int = DEFAULT_RETRIES  # a request's default `retries`
+    retries: int | None = None  # a request's default `retries` (None: the model's, `default_retries`)
     allow_url_references: bool = False
     retry_after_seconds: int = 1
     receive_timeout_seconds: float = 300.0
@@ -448,6 +448,8 @@ async def _chunk_pieces(chunk: Chunk):
 
 def create_app(model, processor, settings: ServeSettings) -> FastAPI:
     """The FastAPI app serving `model` with `processor` (the worker starts and stops with the app's lifespan)."""
+    if settings.retries is None:  # the model's own default: 0 for the demo model, else the library's
+        settings.retries = default_retries(model)
     service = SpeechService(model, processor, settings)
 
     @contextlib.asynccontextmanager

@@ -31,7 +31,7 @@ def cmd_serve(args) -> int:
         raise ImportError(f"higgs-v3 serve needs the serve extra ({error.name} is missing): "
                           "pip install 'higgs-v3[serve]'.") from None
     from ..cli.models import (
-        TINY_RANDOM, TINY_RANDOM_MAX_SECONDS, TINY_RANDOM_RETRIES, cache_dir, load_model, load_processor, resolve_model,
+        TINY_RANDOM, TINY_RANDOM_MAX_SECONDS, cache_dir, load_model, load_processor, resolve_model,
     )
     from .app import API_KEY_ENV, ServeSettings, create_app
 
@@ -53,8 +53,6 @@ def cmd_serve(args) -> int:
         max_queue=args.max_queue, max_input_chars=args.max_input_chars, max_body_bytes=args.max_body_bytes,
         max_seconds=max_seconds, allow_url_references=args.allow_url_references, drain_seconds=args.drain_seconds,
     )
-    if args.model == TINY_RANDOM:  # the demo model's takes are not redone unless a request asks (as `speak`)
-        settings.retries = TINY_RANDOM_RETRIES
     app = create_app(model, processor, settings)
     print(f"higgs-v3 serve: {settings.model_name} on http://{args.host}:{args.port} (voices in "
           f"{settings.voices_dir})", file=sys.stderr, flush=True)

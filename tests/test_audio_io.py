@@ -384,7 +384,8 @@ def test_load_reference_decides_what_a_reference_is(tmp_path, second_audio_io):
     codes = torch.arange(3 * C).reshape(3, C)
     voice = HiggsAudioV3Voice(codes=codes, text="Saved.")
     for value in (voice, second_audio_io.HiggsAudioV3Voice(codes=codes, text="Saved."),
-                  voice.save(tmp_path / "v.json"), str(voice.save(tmp_path / "v.safetensors"))):
+                  voice.save(tmp_path / "v.json"), str(voice.save(tmp_path / "v.safetensors")),
+                  {"path": str(tmp_path / "v.safetensors")}, {"path": tmp_path / "v.json"}):  # audio dicts naming one
         loaded = load_reference(value)
         assert type(loaded) is HiggsAudioV3Voice and torch.equal(loaded.codes, codes) and loaded.text == "Saved."
         assert not is_clip(value)

@@ -436,6 +436,26 @@ def test_make_tiny_and_tags(in_process, tmp_path):
                                                                         "prosody": 10, "env": 2}
 
 
+def test_tags_reads_the_tokenizer_file_without_loading_a_processor(in_process, cache, monkeypatch):
+    from higgs_v3.cli.main import load_processor as real_load_processor
+
+    expected = real_load_processor(cache / "tiny-random").valid_tags()
+    monkeypatch.setattr(cli_main, "load_processor", lambda path: pytest.fail("a processor was loaded"))
+    code, out, _ = in_process("tags")
+    assert code == 0 and out.splitlines() == expected and len(expected) == 45
+
+
+@pytest.mark.integration
+def test_tags_imports_no_torch(cache, tmp_path):
+    """`higgs-v3 tags` on the built demo model: no torch, no transformers model code (it took 8 s, now about 1 s)."""
+    script = ("import sys\nfrom higgs_v3.cli.main import main\ncode = main(['tags'])\n"
+              "assert code == 0 and 'torch' not in sys.modules, sorted(m for m in sys.modules if 'torch' in m)[:3]")
+    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1", "HIGGS_V3_CACHE": str(cache)})
+    assert result.returncode == 0, result.stderr
+    assert "<|emotion:anger|>" in result.stdout.splitlines()
+
+
 def test_tiny_random_is_built_once(cache, monkeypatch):
     target = cache / "tiny-random"
     stamp = target / ".higgs_v3_tiny_random"
@@ -444,6 +464,26 @@ def test_tiny_random_is_built_once(cache, monkeypatch):
     assert (stamp.stat().st_mtime_ns, (target / "model.safetensors").stat().st_mtime_ns) == before
     monkeypatch.setenv("HIGGS_V3_TINY_RANDOM", str(cache / "elsewhere"))
     assert tiny_random_dir() == cache / "elsewhere"
+    config = json.loads((target / "generation_config.json").read_text())  # the demo's default, for every caller
+    assert config["higgs_v3_retries"] == 0
+
+
+def test_tiny_random_refuses_a_file_or_another_folder_untouched(monkeypatch, tmp_path):
+    (tmp_path / "notes.txt").write_text("my notes")
+    (tmp_path / "documents").mkdir()
+    (tmp_path / "documents" / "letter.txt").write_text("a letter")
+    for name, what in [("notes.txt", "is a file; it must name a folder for the tiny random demo model (absent, empty, "
+                                     "or built there before). The file was left as it is."),
+                       ("documents", "is a folder that holds something else than the tiny random demo model; name an "
+                                     "absent or empty folder (building the model there would replace it). The folder "
+                                     "was left as it is.")]:
+        monkeypatch.setenv("HIGGS_V3_TINY_RANDOM", str(tmp_path / name))
+        with pytest.raises(ValueError) as raised:
+            ensure_tiny_random()
+        assert str(raised.value) == f"$HIGGS_V3_TINY_RANDOM ({str(tmp_path / name)!r}) {what}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["documents", "notes.txt"]
+    assert (tmp_path / "notes.txt").read_text() == "my notes"
+    assert [p.name for p in (tmp_path / "documents").iterdir()] == ["letter.txt"]
 
 
 @pytest.mark.integration
@@ -584,13 +624,13 @@ def test_an_unreachable_hub_gives_one_line_quickly(in_process, monkeypatch):
     import huggingface_hub
     import huggingface_hub.constants
 
-    from higgs_v3.conversion import repo as repo_files
+    from higgs_v3.conversion import original_format
 
     probes = []
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     for key in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
         monkeypatch.delenv(key, raising=False)
-    monkeypatch.setattr(repo_files, "_can_connect", lambda *args: probes.append(args) or False)
+    monkeypatch.setattr(original_format, "_can_connect", lambda *args: probes.append(args) or False)
     downloads, download = [], huggingface_hub.hf_hub_download
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda *a, **k: downloads.append(k) or download(*a, **k))
     began = time.perf_counter()

@@ -129,12 +129,10 @@ def _hub_online(patch: pytest.MonkeyPatch, calls: list, token: str | None = "hf_
     import huggingface_hub
     import huggingface_hub.constants
 
-    import higgs_v3.conversion.repo as converted_repo
-
     patch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     for key in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
         patch.delenv(key, raising=False)
-    patch.setattr(converted_repo, "_can_connect", lambda *args: True)
+    patch.setattr(original_format, "_can_connect", lambda *args: True)  # the Hub probe's home
     patch.setattr(huggingface_hub, "get_token", lambda: token)
 
     def answer(self):
@@ -617,6 +615,7 @@ def test_refuses_values_float16_cannot_hold(broken, guarded_output):
 def test_hub_input_is_downloaded_without_pickle_files(original, tmp_path, monkeypatch):
     import huggingface_hub
 
+    monkeypatch.setattr(original_format, "hub_offline_reason", lambda: None)  # online
     calls = []
 
     def fake_snapshot_download(**kwargs):
@@ -642,6 +641,30 @@ def test_hub_input_is_downloaded_without_pickle_files(original, tmp_path, monkey
     )):
         convert(original, tmp_path / "other", revision="v1.0", verify=False)
     assert not (tmp_path / "other").exists()
+
+
+def test_an_uncached_hub_checkpoint_offline_is_one_short_error(tmp_path, monkeypatch):
+    """Offline (the probe fails or HF_HUB_OFFLINE), the Hub is asked for the local cache only (no retries for tens of
+    seconds), and the error is one line without huggingface_hub's chained tracebacks."""
+    import huggingface_hub
+
+    calls = []
+
+    def not_cached(**kwargs):
+        calls.append(kwargs.get("local_files_only"))
+        raise huggingface_hub.errors.LocalEntryNotFoundError("Cannot find an appropriate cached snapshot folder.")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", not_cached)
+    reason = "the Hub (https://huggingface.co) did not answer within 3 s"
+    monkeypatch.setattr(original_format, "hub_offline_reason", lambda: reason)
+    with pytest.raises(ConversionError) as raised:
+        original_format.resolve_input("bosonai/higgs-audio-v3-tts-4b")
+    assert str(raised.value) == (
+        "Could not download 'bosonai/higgs-audio-v3-tts-4b' (revision main) from the Hugging Face Hub: the Hub "
+        "(https://huggingface.co) did not answer within 3 s, and it is not in the local Hugging Face cache. Download "
+        "it once while online (`hf download bosonai/higgs-audio-v3-tts-4b`) or give a local folder with the "
+        "checkpoint.")
+    assert calls == [True] and raised.value.__cause__ is None and raised.value.__suppress_context__
 
 
 def test_command_line_reports_errors(tmp_path, capsys):
@@ -946,15 +969,13 @@ def test_push_to_hub_uploads_the_folder_in_one_commit(pushed):
 def test_push_to_hub_checks_the_hub_and_the_login_before_converting(original, tmp_path, monkeypatch, capsys, case):
     import huggingface_hub.constants
 
-    import higgs_v3.conversion.repo as converted_repo
-
     calls = []
     _hub_online(monkeypatch, calls, token=None if case == "no login" else "hf_token",
                 whoami=OSError("401 Client Error: Unauthorized\nmore") if case == "bad token" else None)
     if case == "offline":
         monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
     if case == "unreachable":
-        monkeypatch.setattr(converted_repo, "_can_connect", lambda *args: False)
+        monkeypatch.setattr(original_format, "_can_connect", lambda *args: False)
     monkeypatch.setattr(cc, "read_original", lambda *args: pytest.fail("converted before checking the Hub"))
     code, printed = _run_main(["--input", str(original), "--output", str(tmp_path / "out"), "--push-to-hub", REPO_ID])
     assert (code, printed) == (2, "")  # a user-side fault, found before converting

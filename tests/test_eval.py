@@ -84,6 +84,115 @@ def test_summary_arithmetic():
                        "asr": "a"}
 
 
+def test_a_control_tag_in_a_seed_tts_line_is_text_and_a_long_item_is_refused_by_name(tmp_path):
+    _clip(tmp_path / "a.wav")
+    (tmp_path / "meta.lst").write_text("u1|Prompt <|laughter|> one.|a.wav|Hello <|laughter|> there.|gt.wav\n",
+                                       encoding="utf-8")
+    (item,) = read_items(tmp_path / "meta.lst")
+    assert (item.prompt_text, item.prompt_wav, item.text) == ("Prompt <|laughter|> one.", str(tmp_path / "a.wav"),
+                                                              "Hello <|laughter|> there.")
+    (tmp_path / "meta.lst").write_text("u1|P.|a.wav|Hi.\nlong|P.|a.wav|" + "word " * 113 + "\n", encoding="utf-8")
+    with pytest.raises(ValueError) as raised:
+        read_items(tmp_path / "meta.lst")
+    assert str(raised.value) == (
+        "meta.lst line 2: utterance 'long' has 452 spoken characters; an evaluation item is one utterance of at most "
+        "450 (about 30 s of speech, what the ASR model transcribes at once). Speak long texts with higgs-v3 speak or "
+        "batch.")
+
+
+def test_a_scorer_of_the_wrong_kind_is_named(tmp_path):
+    from transformers import WavLMConfig, WhisperConfig
+
+    from higgs_v3.evaluation.scoring import check_scorer_kind
+
+    WhisperConfig(architectures=["WhisperForConditionalGeneration"]).save_pretrained(tmp_path / "whisper")
+    WavLMConfig(architectures=["WavLMForXVector"]).save_pretrained(tmp_path / "wavlm")
+    WavLMConfig().save_pretrained(tmp_path / "headless")  # no architectures: the config type decides
+    check_scorer_kind(str(tmp_path / "whisper"), "w", "asr", "--asr")
+    check_scorer_kind(str(tmp_path / "wavlm"), "x", "speaker", "--speaker-model")
+    check_scorer_kind(str(tmp_path / "headless"), "x", "speaker", "--speaker-model")
+    with pytest.raises(ValueError) as raised:
+        check_scorer_kind(str(tmp_path / "whisper"), "openai/whisper-tiny", "speaker", "--speaker-model")
+    assert str(raised.value) == (
+        "--speaker-model 'openai/whisper-tiny' is a whisper model (WhisperForConditionalGeneration), not a "
+        "speaker-verification x-vector model (WavLMForXVector, ...); give one such as microsoft/wavlm-base-plus-sv.")
+    with pytest.raises(ValueError) as raised:
+        check_scorer_kind(str(tmp_path / "wavlm"), "x", "asr", "--asr")
+    assert str(raised.value) == ("--asr 'x' is a wavlm model (WavLMForXVector), not a speech recognition model "
+                                 "(Whisper, Wav2Vec2 CTC, ...); give one such as openai/whisper-large-v3.")
+
+
+def test_language_is_refused_for_an_asr_model_that_takes_none():
+    from types import SimpleNamespace
+
+    from higgs_v3.evaluation.scoring import check_language
+
+    ctc = SimpleNamespace(model=SimpleNamespace(config=SimpleNamespace(model_type="wav2vec2")))
+    check_language(ctc, "facebook/wav2vec2-base-960h", None)
+    with pytest.raises(ValueError) as raised:
+        check_language(ctc, "facebook/wav2vec2-base-960h", "en")
+    assert str(raised.value) == ("--language is passed to Whisper ASR models only; 'facebook/wav2vec2-base-960h' is a "
+                                 "wav2vec2 model, which transcribes the language it was trained on: drop --language.")
+
+
+@pytest.mark.integration  # importing matplotlib takes a second
+@pytest.mark.skipif(not HAS_MATPLOTLIB, reason="matplotlib (the bench extra)")
+def test_plots_have_axis_labels_means_and_mark_runaway_items():
+    from higgs_v3.evaluation.scoring import draw_plots
+
+    rows = [{"wer": 0.0, "sim": 0.8, "finished": True, "characters": 10, "duration": 1.0},
+            {"wer": 0.5, "sim": 0.6, "finished": True, "characters": 20, "duration": 2.0},
+            {"wer": 1.0, "sim": 0.1, "finished": False, "characters": 5, "duration": 9.0}]
+    figures = draw_plots(rows)
+    labels = {name: (figure.axes[0].get_xlabel(), figure.axes[0].get_ylabel(),
+                     [text.get_text() for text in figure.axes[0].get_legend().texts])
+              for name, figure in figures.items()}
+    assert labels == {
+        "wer_hist.png": ("word error rate (0 = every word right)", "items",
+                         ["finished (2)", "runaway (1)", "mean 0.500"]),
+        "sim_hist.png": ("speaker similarity to the prompt (cosine)", "items", ["finished (2)", "runaway (1)",
+                                                                                "mean 0.500"]),
+        "duration_vs_length.png": ("spoken characters of the text", "seconds of audio",
+                                   ["finished (2)", "runaway (1)"]),
+    }
+    runaway = figures["duration_vs_length.png"].axes[0].collections[1]
+    assert runaway.get_offsets().tolist() == [[5.0, 9.0]]
+
+
+class FakeAsr:
+    """A pipeline-shaped ASR that hears "hello" and fails (as Whisper does on a take over 30 s) on takes over 1 s."""
+
+    feature_extractor = type("Features", (), {"sampling_rate": 16000})()
+    model = type("Model", (), {"config": type("Config", (), {"model_type": "whisper"})()})()
+
+    def __call__(self, inputs, batch_size, **options):
+        if any(len(i["raw"]) > 16000 for i in inputs):
+            raise IndexError("index -1 is out of bounds for dimension 0 with size 0")
+        return [{"text": " hello "} for _ in inputs]
+
+
+def test_a_scoring_error_names_the_item(tmp_path):
+    from higgs_v3.cli.batch import RECORDS_DIR
+    from higgs_v3.evaluation.run import score_items
+
+    _clip(tmp_path / "p.wav")
+    (tmp_path / "meta.lst").write_text("a|P.|p.wav|Hello.\nb|P.|p.wav|Hello again.\n", encoding="utf-8")
+    items = read_items(tmp_path / "meta.lst")
+    (tmp_path / "audio" / RECORDS_DIR).mkdir(parents=True)
+    for item, seconds in zip(items, (0.5, 2.5)):
+        silence = np.zeros(round(seconds * 24000), np.float32)
+        soundfile.write(str(tmp_path / "audio" / f"{item.utt}.wav"), silence, 24000)
+        (tmp_path / "audio" / RECORDS_DIR / f"{item.utt}.wav.json").write_text(json.dumps(
+            {"duration": seconds, "chunks": 1, "finished": True, "seed": 0, "output": f"{item.utt}.wav"}))
+    encoder = type("Encoder", (), {"similarity": lambda self, *a: 0.5})()
+    rows = score_items(items[:1], tmp_path / "audio", FakeAsr(), encoder, None, progress=False)
+    assert [(r["utt"], r["transcript"], r["wer"], r["sim"]) for r in rows] == [("a", "hello", 0.0, 0.5)]
+    with pytest.raises(RuntimeError) as raised:
+        score_items(items, tmp_path / "audio", FakeAsr(), encoder, None, progress=False)
+    assert str(raised.value) == ("Scoring item 'b' (line 2, a 2.5 s take) failed in the ASR model: IndexError: index "
+                                 "-1 is out of bounds for dimension 0 with size 0")
+
+
 @pytest.fixture
 def offline_empty_cache(tmp_path, monkeypatch):
     from huggingface_hub import constants
@@ -205,6 +314,31 @@ def test_eval_end_to_end_on_tiny_models(tmp_path, monkeypatch):
     assert again == rows and json.loads((tmp_path / "out" / "summary.json").read_text())["real_time_factor"] is None
 
 
+@pytest.mark.integration
+def test_eval_checks_both_scorers_before_any_synthesis(tmp_path, monkeypatch):
+    from higgs_v3.cli import batch
+
+    asr, speaker = tiny_whisper(tmp_path / "whisper"), tiny_xvector(tmp_path / "xvector")
+    _clip(tmp_path / "p1.wav")
+    (tmp_path / "meta.lst").write_text("a|Prompt one.|p1.wav|Hello there.\n", encoding="utf-8")
+    monkeypatch.setattr(batch, "batch_from_args", lambda *a, **k: pytest.fail("synthesis started"))
+    common = [str(tmp_path / "meta.lst"), "--out-dir", str(tmp_path / "out"), "--model", "tiny-random", "--device",
+              "cpu", "--no-progress"]
+    code, out, err = _eval([*common, "--asr", str(asr), "--speaker-model", str(asr)])
+    assert code == 2 and err.strip().splitlines()[-1] == (
+        f"higgs-v3: error: --speaker-model {str(asr)!r} is a whisper model (WhisperForConditionalGeneration), not a "
+        "speaker-verification x-vector model (WavLMForXVector, ...); give one such as microsoft/wavlm-base-plus-sv.")
+    code, out, err = _eval([*common, "--asr", str(speaker), "--speaker-model", str(speaker)])
+    assert code == 2 and err.strip().splitlines()[-1] == (
+        f"higgs-v3: error: --asr {str(speaker)!r} is a wavlm model (WavLMForXVector), not a speech recognition model "
+        "(Whisper, Wav2Vec2 CTC, ...); give one such as openai/whisper-large-v3.")
+    code, out, err = _eval([*common, "--asr", str(asr), "--speaker-model", str(speaker), "--language", "en"])
+    assert code == 2 and err.strip().splitlines()[-1].startswith(
+        f"higgs-v3: error: --language 'en' cannot be used with the ASR model {str(asr)!r}: The generation config is "
+        "outdated and is thus not compatible with the `language` argument to `generate`.")
+    assert not (tmp_path / "out" / "audio").exists()
+
+
 class EndAt(LogitsProcessor):
     """Every row ends after exactly `frames` frames (EOC forced on codebook 0 from that step, forbidden before)."""
 
@@ -249,8 +383,8 @@ def test_verify_with_a_transformers_asr_pipeline(tmp_path, tokenizer):
 
 def test_speak_and_batch_pass_the_verify_pipeline_to_the_long_form_core(monkeypatch):
     """`--verify ASR --max-wer W`: the pipeline `load_asr` builds on the model's device, with `max_wer`, reaches
-    `synthesize_long` (speak) and `run_batch` (batch); without it, none. `--retries` unset: the library's default,
-    0 for the random demo model."""
+    `synthesize_long` (speak) and `run_batch` (batch); without it, none. `--retries` unset: the model's default
+    (`default_retries`)."""
     from types import SimpleNamespace
 
     from higgs_v3 import longform_higgs_v3
@@ -258,7 +392,7 @@ def test_speak_and_batch_pass_the_verify_pipeline_to_the_long_form_core(monkeypa
     from higgs_v3.cli.main import SpeakRequest, build_parser
     from higgs_v3.evaluation import scoring
 
-    monkeypatch.setattr(scoring, "load_asr", lambda name, device: ("pipeline", name, device))
+    monkeypatch.setattr(scoring, "load_asr", lambda name, device, option: ("pipeline", name, device))
     seen = {}
     monkeypatch.setattr(longform_higgs_v3, "synthesize_long", lambda model, processor, text, **options: seen.update(
         options))
@@ -270,10 +404,10 @@ def test_speak_and_batch_pass_the_verify_pipeline_to_the_long_form_core(monkeypa
     assert batch_cli._take_options(args, model) == {"retries": 1, "verify": ("pipeline", "asr", "cpu"), "max_wer": 0.5}
     args = build_parser().parse_args(["batch", "m.jsonl", "--out-dir", "o", "--model", "a/b"])
     assert batch_cli._take_options(args, model) == {}
-    # the random demo model's takes are not redone unless asked (TINY_RANDOM_RETRIES)
+    # --retries unset is left to the model (`default_retries`: the demo model's generation config says 0)
     args = build_parser().parse_args(["batch", "m.jsonl", "--out-dir", "o", "--model", "tiny-random"])
-    assert batch_cli._take_options(args, model) == {"retries": 0}
-    for argv, retries in ((["--model", "tiny-random"], 0), (["--model", "tiny-random", "--retries", "2"], 2),
+    assert batch_cli._take_options(args, model) == {}
+    for argv, retries in ((["--model", "tiny-random"], None), (["--model", "tiny-random", "--retries", "2"], 2),
                           (["--model", "a/b"], None)):
         request = SpeakRequest.from_args(build_parser().parse_args(["speak", "Hi.", *argv]))
         assert request.longform_options.get("retries") == retries

@@ -457,3 +457,65 @@ def test_finetune_out_of_memory_hint_names_finetune_options(monkeypatch, capsys,
         "higgs-v3: error: out of memory (CUDA out of memory. Tried to allocate 2.00 GiB); try --batch-size 1, a "
         "smaller --max-seconds, --bf16, --gradient-checkpointing or --lora.\n"
     )
+
+
+def _resumable_output(out, step: int, model: str, saved: bool = True):
+    """An output folder as a finished run leaves it: `checkpoint-<step>` (complete, its log with losses), the run
+    record, and `model/` when `saved`."""
+    from higgs_v3.conversion.folders import write_complete
+    from higgs_v3.training.finetune import model_identity, write_run_record
+
+    checkpoint = out / f"checkpoint-{step}"
+    checkpoint.mkdir(parents=True)
+    history = [{"loss": 0.5, "step": step - 1}, {"eval_loss": 0.7, "step": step}, {"loss": 0.25, "step": step}]
+    (checkpoint / "trainer_state.json").write_text(json.dumps({"global_step": step, "log_history": history}))
+    write_complete(checkpoint, checksums=False)
+    write_run_record(out, {"model": model_identity(model)})
+    if saved:
+        (out / "model").mkdir()
+        (out / "model" / "model.safetensors").write_bytes(b"the saved model")
+
+
+def test_resume_refuses_a_changed_model_naming_both(monkeypatch, capsys, tmp_path):
+    from higgs_v3.cli import main as cli_main
+    from higgs_v3.cli import models
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "base").mkdir()
+    _resumable_output(tmp_path / "out", 4, "base")
+    monkeypatch.setattr(models, "resolve_model", lambda *a, **k: pytest.fail("the model was resolved"))
+    assert cli_main.main(["finetune", "--data", "data", "--output", "out", "--resume", "--model", "tiny-random"]) == 2
+    assert capsys.readouterr().err == (
+        f"higgs-v3: error: --resume: 'out' was fine-tuned from --model {str(tmp_path / 'base')!r}, not 'tiny-random'; "
+        f"resume with --model {str(tmp_path / 'base')!r}, or pick another --output to tune the other model.\n")
+
+
+def test_resume_at_or_past_max_steps_does_nothing(monkeypatch, capsys, tmp_path):
+    """A finished run resumed with --max-steps at or below its step: it says so and trains, saves and replaces
+    nothing (model/ byte for byte as it was); without model/ past the step, it says what to give."""
+    from higgs_v3.cli import main as cli_main
+    from higgs_v3.cli import models
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    _resumable_output(tmp_path / "out", 6, "tiny-random")
+    monkeypatch.setattr(models, "resolve_model", lambda *a, **k: pytest.fail("the model was resolved"))
+    before = sorted((p.relative_to(tmp_path / "out"), p.stat().st_mtime_ns) for p in (tmp_path / "out").rglob("*"))
+    for steps in ("6", "3"):
+        argv = ["finetune", "--data", "data", "--output", "out", "--resume", "--model", "tiny-random"]
+        assert cli_main.main([*argv, "--max-steps", steps]) == 0
+        captured = capsys.readouterr()
+        assert captured.err == (f"Nothing to do: checkpoint-6 is at step 6, at or past --max-steps {steps}, and "
+                                "out/model is saved (kept as it is). Raise --max-steps to train "
+                                "further.\n")
+        assert captured.out == ("Nothing to train: the run had finished at step 6 (last training loss 0.2500, held-out "
+                                "loss 0.7000); model in out/model.\n")
+    after = sorted((p.relative_to(tmp_path / "out"), p.stat().st_mtime_ns) for p in (tmp_path / "out").rglob("*"))
+    assert after == before
+    import shutil
+
+    shutil.rmtree(tmp_path / "out" / "model")  # killed after the last checkpoint, before the model was saved
+    assert cli_main.main([*argv, "--max-steps", "3"]) == 2
+    assert capsys.readouterr().err == ("higgs-v3: error: --resume: checkpoint-6 is already past --max-steps 3; give "
+                                       "--max-steps 6 to save its model, or more to train further.\n")

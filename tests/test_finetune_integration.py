@@ -235,8 +235,8 @@ def test_finetune_command(tmp_path, monkeypatch, capsys):
     assert captured.out.startswith("Fine-tuned 6 steps, resumed at step 4, in ")
 
     assert cli_main.main([*common, "--max-steps", "6", "--resume", "--skip-invalid", "--sample-seconds", "0"]) == 0
-    captured = capsys.readouterr()  # the finished run resumed: nothing trained, its own loss (not 0.0000)
-    assert "Resuming from checkpoint-6, the newest complete checkpoint." in captured.err
+    captured = capsys.readouterr()  # the finished run resumed: nothing trained or replaced, its own loss (not 0.0000)
+    assert captured.err.startswith("Nothing to do: checkpoint-6 is at step 6, at or past --max-steps 6, and ")
     history = json.loads((out / "checkpoint-6" / "trainer_state.json").read_text())["log_history"]
     loss = [entry["loss"] for entry in history if "loss" in entry][-1]
     assert captured.out.startswith(f"Nothing to train: the run had finished at step 6 (last training loss {loss:.4f}, "

@@ -99,12 +99,16 @@ def test_batch_rows_stop_on_their_own_and_are_padded(model):
 
 def test_runaway_is_flagged_and_warned(model, caplog):
     caplog.set_level(logging.WARNING, logger="higgs_v3")  # whatever an earlier test left the package's level at
+    logging.Logger.warning_once.cache_clear()  # warned once per process: an earlier test may have been warned
     prompt = plain_prompt()
     out = model.generate(input_ids=prompt[None], do_sample=False, max_new_tokens=10, return_dict_in_generate=True)
     assert out.finished.tolist() == [False]
     assert out.lengths.tolist() == [10]
     assert out.audio_code_lengths.tolist() == [3]
-    assert "Sequence(s) [0] reached max_new_tokens without ending" in caplog.text
+    assert "A sequence reached max_new_tokens without ending" in caplog.text
+    caplog.clear()
+    model.generate(input_ids=prompt[None], do_sample=False, max_new_tokens=10)
+    assert "max_new_tokens without ending" not in caplog.text  # once: `finished` flags every one
 
 
 def test_a_temperature_below_the_reported_runaway_figure_is_warned(model, caplog):
@@ -125,6 +129,7 @@ def test_a_temperature_below_the_reported_runaway_figure_is_warned(model, caplog
 def test_eoc_whose_countdown_is_cut_by_the_limit_is_unfinished(model, caplog):
     """EOC at row 12 needs rows up to 18; with max_new_tokens=16 the terminal row never comes."""
     caplog.set_level(logging.WARNING, logger="higgs_v3")
+    logging.Logger.warning_once.cache_clear()
     prompt = plain_prompt()
     out = model.generate(input_ids=prompt[None], do_sample=False, max_new_tokens=16, return_dict_in_generate=True,
                          logits_processor=[BiasEOC(len(prompt), (12,))])

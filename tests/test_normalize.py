@@ -41,6 +41,16 @@ CASES = [
     ("$2.5 million", "two point five million dollars"),
     # percentages
     ("12.5% of 45 %", "twelve point five percent of forty-five percent"),
+    # more than MAX_SPELLED_DIGITS (15) digits: digit by digit (num2words cannot say 307 digits)
+    ("ID 1234567890123456", "ID one two three four five six seven eight nine zero one two three four five six"),
+    ("$999999999999999", "nine hundred and ninety-nine trillion, nine hundred and ninety-nine billion, nine hundred "
+                         "and ninety-nine million, nine hundred and ninety-nine thousand, nine hundred and ninety-nine "
+                         "dollars"),
+    ("$1000000000000000.50", "one zero zero zero zero zero zero zero zero zero zero zero zero zero zero zero dollars "
+                             "and fifty cents"),
+    ("the 12345678901234567th", "the one two three four five six seven eight nine zero one two three four five six "
+                                "seventh"),
+    ("-" + "9" * 400 + ".5", "minus " + "nine " * 400 + "point five"),
     # left alone: versions, words with digits, text without numbers
     ("version 1.2.3 in 3D", "version 1.2.3 in 3D"),
     ("No numbers here.", "No numbers here."),

@@ -38,14 +38,22 @@ def test_the_player_embeds_a_wav_that_decodes_to_the_same_samples_with_duration_
     samples = torch.tensor([0.0, 0.5, -0.5, 1.0, -1.0, 2.0, -3.0, 0.25] * 1500)  # 12000 samples: 0.5 s at 24 kHz
     page = audio_html("Speech <1>", [samples, samples[:2400].numpy()], 24000, labels=["a", "b"],
                       notes=["Chunk(s) 1 & 2 ran long."])
-    expected = np.array([0, 16384, -16384, 32767, -32767, 32767, -32767, 8192] * 1500, dtype=np.int16)  # 32767 * x
+    # normalised to the peak, 3.0, as IPython's Audio: 32767 * x / 3
+    expected = np.array([0, 5461, -5461, 10922, -10922, 21845, -32767, 2731] * 1500, dtype=np.int16)
     assert [rate for rate, _ in players(page)] == [24000, 24000]
     assert np.array_equal(players(page)[0][1], expected) and np.array_equal(players(page)[1][1], expected[:2400])
-    assert "<b>Speech &lt;1&gt;</b>" in page and "a: 0.50 s at 24000 Hz" in page and "b: 0.10 s at 24000 Hz" in page
+    assert "<b>Speech &lt;1&gt;</b>" in page and "a: 0.50 s at 24000 Hz, played normalised (peak 3)" in page
+    assert "b: 0.10 s at 24000 Hz, played normalised (peak 3)" in page
     assert "<div>Chunk(s) 1 &amp; 2 ran long.</div>" in page
     # soundfile (libsndfile) reads the same WAV: a browser-ordinary 16-bit PCM file
     data, rate = soundfile.read(io.BytesIO(base64.b64decode(PLAYER.findall(page)[1])), dtype="int16")
     assert rate == 24000 and np.array_equal(data, expected[:2400])
+
+
+def test_the_player_says_nothing_of_a_full_scale_or_silent_waveform():
+    page = audio_html("Speech", [torch.tensor([0.0, 1.0, -0.5]), torch.zeros(3)], 3)
+    assert [pcm.tolist() for _, pcm in players(page)] == [[0, 32767, -16384], [0, 0, 0]]
+    assert "normalised" not in page
 
 
 def speech(finished: list[bool]) -> SpeechResult:
@@ -60,8 +68,9 @@ def test_a_speech_result_plays_and_names_its_runaway_chunks_in_words():
     assert result.audio is result.waveform  # `audio` as the generation output and the pipeline; `waveform` its alias
     page = result._repr_html_()
     ((rate, pcm),) = players(page)
-    assert rate == 24000 and np.array_equal(pcm, np.full(96000, 8192, dtype=np.int16))
-    assert "4.00 s at 24000 Hz" in page
+    assert rate == 24000 and np.array_equal(pcm, np.full(96000, 32767, dtype=np.int16))  # 0.25 played at full scale
+    assert "4.00 s at 24000 Hz, played normalised (peak 0.25)" in page
+    assert torch.equal(result.waveform, torch.full((96000,), 0.25))  # the data is not changed
     assert "<div>4 chunk(s) generated in 6.0 s (real-time factor 1.50).</div>" in page
     assert ("<div>Chunk(s) 1, 3 ran into the length limit (75 rows) without ending: the model&#x27;s runaway failure, "
             "usually a silent tail. Try another seed or shorter chunks.</div>") in page
@@ -73,8 +82,9 @@ def test_a_generation_output_plays_one_player_per_sequence_and_names_the_cut_one
     output = HiggsAudioV3GenerationOutput(finished=torch.tensor([True, False]), audio=audio)
     output.sampling_rate = 24000
     page = output._repr_html_()
-    assert [(rate, pcm.tolist()) for rate, pcm in players(page)] == [(24000, [-16384] * 4800), (24000, [16384] * 2400)]
-    assert "Sequence 0: 0.20 s at 24000 Hz" in page and "Sequence 1: 0.10 s at 24000 Hz" in page
+    assert [(rate, pcm.tolist()) for rate, pcm in players(page)] == [(24000, [-32767] * 4800), (24000, [32767] * 2400)]
+    assert "Sequence 0: 0.20 s at 24000 Hz, played normalised (peak 0.5)" in page
+    assert "Sequence 1: 0.10 s at 24000 Hz, played normalised (peak 0.5)" in page
     assert ("<div>Sequence(s) 1 did not end: cut at max_new_tokens (the model&#x27;s runaway failure, usually a silent "
             "tail). Try another seed or a shorter text.</div>") in page
     assert HiggsAudioV3GenerationOutput(finished=torch.tensor([True]))._repr_html_() is None  # no audio: plain repr
@@ -106,7 +116,8 @@ def test_a_voice_plays_its_codes_decoded_by_the_codec_that_made_it(tts):
     decoded = tts.codec.decode_frames(voice.codes[None])[0]
     assert torch.equal(voice.decode(), decoded) and torch.equal(voice.decode(tts), decoded)
     ((rate, pcm),) = players(voice._repr_html_())
-    assert rate == 24000 and np.array_equal(pcm, np.round(np.clip(decoded.numpy(), -1, 1) * 32767).astype(np.int16))
+    peak = float(decoded.abs().max())
+    assert rate == 24000 and np.array_equal(pcm, np.round(decoded.numpy() / peak * 32767).astype(np.int16))
     assert "<b>Voice: 38 codec frames (1.52 s)</b>" in voice._repr_html_()
     assert "<div>Transcript: What I say.</div>" in voice._repr_html_()
 

@@ -35,9 +35,19 @@ def test_the_examples_folder_has_the_five_notebooks_and_the_readme_links_each():
     assert all(f"(examples/{name})" in readme for name in names)
 
 
+def test_the_notebooks_extra_installs_jupyter_and_widgets():
+    import configparser
+
+    setup = configparser.ConfigParser()
+    setup.read(ROOT / "setup.cfg", encoding="utf-8")
+    extra = [line.split(">")[0].split("=")[0] for line in setup["options.extras_require"]["notebooks"].split()]
+    assert extra == ["notebook", "ipywidgets", "ipykernel"]
+
+
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory):
-    """One kernel for every notebook (each starts from an empty namespace, `%reset -f`, in a folder of its own): a
+    """One kernel for every notebook (each starts from an empty namespace, `%reset -f`, in a folder of its own, which
+    stands for the notebook's own: a notebook writes its files into a scratch folder and leaves nothing there): a
     kernel start and the torch / transformers imports are most of a tiny notebook's time. One HF_HOME, so the demo
     model is built once; offline; one thread."""
     env = {"HF_HOME": str(tmp_path_factory.mktemp("notebooks-hf-home")), "HF_HUB_OFFLINE": "1",
@@ -71,6 +81,7 @@ def test_notebook_runs_top_to_bottom(path, kernel, tmp_path):
     errors = [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs
               if output.output_type == "error"]
     assert errors == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # run in place, it leaves nothing beside the notebook
     players = [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs
                if "text/html" in output.get("data", {}) and "data:audio/wav;base64," in output.data["text/html"]]
     assert players, "each notebook plays audio where it is returned"

@@ -612,6 +612,8 @@ def test_chat_template_refusals(processor, tmp_path):
          "audio; the last message is the text to speak."),
         ([_turn(_text("Before.")), _turn(_text("Hi."))], "Message 0 of the conversation holds no audio; only a "
          "reference turn may come before the text to speak."),
+        ([_turn(_text("Hi.")), _turn({"type": "audio", "audio": voice})], "Message 1 of the conversation (the last) "
+         "holds audio; the last message is the text to speak."),
         ([_turn({"type": "audio", "audio": voice}, {"type": "audio", "audio": voice}), _turn(_text("Hi."))],
          "Message 0 of the conversation holds 2 audio items; one reference per prompt."),
         ([_turn({"type": "audio"}), _turn(_text("Hi."))], "The audio item of message 0 of the conversation must have "

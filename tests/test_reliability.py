@@ -481,6 +481,9 @@ GENERATE_CASES: dict[str, tuple[dict, str]] = {
                                          "attention_mask has shape (1, 3); it must match input_ids (1, 4)"),
     "1-D input_ids": ({"input_ids": torch.tensor([1, 2])}, "input_ids of shape [batch, length], got (2,)"),
     "empty input_ids": ({"input_ids": torch.zeros(1, 0, dtype=torch.long)}, "at least one prompt position"),
+    "empty input_ids with its attention_mask": ({"input_ids": torch.zeros(1, 0, dtype=torch.long),
+                                                 "attention_mask": torch.zeros(1, 0, dtype=torch.long)},
+                                                "at least one prompt position"),
 }
 
 

@@ -93,6 +93,23 @@ def test_a_runaway_take_is_redone_with_the_next_seed(tts, monkeypatch):
     assert old.chunks[0].seed == 100 and len(old.chunks[0].attempts) == 1 and old.chunks[0].num_frames == 25
 
 
+def test_a_model_saved_with_its_own_retries_default_is_not_redone_unless_asked(tts, monkeypatch):
+    """The demo model's generation config says 0 (`RETRIES_FIELD`, written by `write_tiny_random`): in Python, as on
+    the command line and the server, its runaway takes are not redone unless `retries` asks."""
+    from higgs_v3.longform_higgs_v3 import RETRIES_FIELD, default_retries
+
+    model, processor = tts
+    assert default_retries(model) == 2
+    monkeypatch.setattr(model.generation_config, RETRIES_FIELD, 0, raising=False)
+    assert default_retries(model) == 0
+    calls = run_away_for(model, monkeypatch, runaway={100})
+    result = synthesize_long(model, processor, "Alpha beta gamma delta.", seed=100, max_seconds=1.0)
+    assert calls == [[100]] and len(result.chunks[0].attempts) == 1 and result.unfinished_chunks == [0]
+    calls.clear()
+    synthesize_long(model, processor, "Alpha beta gamma delta.", seed=100, max_seconds=1.0, retries=1)
+    assert calls == [[100], [100 + 2**40]]
+
+
 def test_only_the_bad_rows_of_a_batch_are_redone_and_every_failure_is_kept(tts, monkeypatch):
     model, processor = tts
     always = {7, 7 + 2**40, 7 + 2 * 2**40}  # chunk 0 runs away whatever its seed; chunk 1 ends

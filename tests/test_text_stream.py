@@ -97,3 +97,33 @@ def test_synthesize_stream_takes_synthesize_longs_take_options_and_normalize(tts
     assert torch.equal(waveform, expected.waveform)
     with pytest.raises(ValueError, match="retries must be an integer from 0 \\(no retry\\) to 10"):
         next(processor.synthesize_stream(model, ["Hi."], retries=-1))
+
+
+def test_synthesize_stream_speaks_a_sentence_without_an_end_as_it_arrives(monkeypatch):
+    """Text that never ends a sentence is cut at `max_chars` while it arrives (the WebSocket's `SentenceCutter`): each
+    chunk is spoken before the next pieces are read, and the text the cutter splits stays bounded, so the work is
+    linear in the text (it grew with its square)."""
+    from higgs_v3 import chunking_higgs_v3, longform_higgs_v3
+    from higgs_v3.longform_higgs_v3 import synthesize_stream
+
+    seen, spoken, split_lengths = [], [], []
+    real_split = chunking_higgs_v3.split_sentences
+    monkeypatch.setattr(chunking_higgs_v3, "split_sentences", lambda text: split_lengths.append(len(text)) or
+                        real_split(text))
+
+    class Chunk:
+        num_frames, waveform = 0, torch.zeros(2)
+
+    def speak(self, jobs, voices, progress):
+        spoken.append((jobs[0].text, len(seen)))
+        return {jobs[0].index: Chunk()}
+
+    monkeypatch.setattr(longform_higgs_v3._Synthesizer, "_run", speak)
+    processor = type("Processor", (), {"check_text": lambda self, text, where: text})()
+    model = type("Model", (), {"config": type("Config", (), {"audio_spec": None})()})()
+    monkeypatch.setattr(longform_higgs_v3._Synthesizer, "__init__", lambda self, *a, **k: setattr(
+        self, "pause_seconds", 0.0) or setattr(self, "spec", type("Spec", (), {"sampling_rate": 24000})()))
+    list(synthesize_stream(model, processor, lazily(["word "] * 400, seen), max_chars=40))
+    assert [text for text, _ in spoken] == chunking_higgs_v3.split_text("word " * 400, 40)
+    assert spoken[0][1] <= 10  # the first chunk is spoken after at most 10 of the 400 pieces
+    assert max(split_lengths) <= 40 + len("word ") + 1  # never the whole unfinished text

@@ -41,7 +41,7 @@ import torch
 from transformers import PrinterCallback, TrainerCallback
 from transformers.utils import logging
 
-from ..audio_io_higgs_v3 import atomic_output
+from ..audio_io_higgs_v3 import atomic_output, follow_umask
 from ..generation_higgs_v3 import MAX_POSITIONS
 from ..conversion.folders import check_complete, staged_folder, write_complete
 
@@ -465,8 +465,39 @@ class FinetuneRun:
             raise ValueError(f"--held-out must be a fraction in [0, 1), got {self.held_out}.")
         if self.resume:
             resume_checkpoint(self.output)  # refuses a folder without a complete checkpoint
+            recorded = read_run_record(self.output).get("model")
+            if recorded is not None and recorded != model_identity(self.model):
+                raise ValueError(f"--resume: {self.output!r} was fine-tuned from --model {recorded!r}, not "
+                                 f"{model_identity(self.model)!r}; resume with --model {recorded!r}, or pick another "
+                                 "--output to tune the other model.")
         if not self.resume and Path(self.output, "model").exists():
             raise ValueError(f"{self.output!r} already holds a fine-tuned model; pick another --output or --resume.")
+
+    def finished_summary(self) -> dict | None:
+        """With `resume`, a `max_steps` at or below the newest checkpoint's step and `model/` saved: the run is done,
+        and this is its summary (`run`'s keys: its last training and held-out losses from the checkpoint's log), so
+        nothing is trained, saved or replaced. None when there is something to do."""
+        if not self.resume or self.max_steps <= 0:
+            return None
+        checkpoint, _ = resume_checkpoint(self.output)
+        state = json.loads((checkpoint / "trainer_state.json").read_text(encoding="utf-8"))
+        step = int(state["global_step"])
+        if step < self.max_steps:
+            return None
+        if not Path(self.output, "model").is_dir():
+            if step > self.max_steps:
+                raise ValueError(f"--resume: {checkpoint.name} is already past --max-steps {self.max_steps}; give "
+                                 f"--max-steps {step} to save its model, or more to train further.")
+            return None  # the last checkpoint was written, the model not yet: `run` saves it
+        history = state.get("log_history", [])
+        losses = [entry["loss"] for entry in history if "loss" in entry]
+        held_out = [entry["eval_loss"] for entry in history if "eval_loss" in entry]
+        self.log(f"Nothing to do: {checkpoint.name} is at step {step}, at or past --max-steps {self.max_steps}, and "
+                 f"{Path(self.output, 'model')} is saved (kept as it is). Raise --max-steps to train further.")
+        return {"train_loss": losses[-1] if losses else None, "steps": step, "seconds": 0.0, "resumed_step": step,
+                "steps_now": 0, "model": str(Path(self.output, "model")), "skipped": [], "sample": None,
+                **({"eval_loss": held_out[-1]} if held_out else {}),
+                **({"adapter": str(Path(self.output, "adapter"))} if Path(self.output, "adapter").is_dir() else {})}
 
     def run(self) -> dict:
         """Train, save, sample and push; returns a summary (losses, steps, paths, throughput). The options and the
@@ -476,6 +507,10 @@ class FinetuneRun:
         from ..cli.models import load_processor, resolve_model
 
         self.validate()
+        if (done := self.finished_summary()) is not None:
+            return done
+        if not self.resume:
+            write_run_record(self.output, {"model": model_identity(self.model)})
         set_seed(self.seed)
         skipped: list[str] = []
         items = load_speech_items(self.data, skip_invalid=self.skip_invalid, skipped=skipped)
@@ -691,7 +726,34 @@ class CheckpointMarker(TrainerCallback):
 
     def on_save(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
-            write_complete(Path(args.output_dir) / f"checkpoint-{state.global_step}", checksums=False)  # sizes
+            checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            follow_umask(checkpoint)  # Trainer saves with safetensors, which leaves 0600
+            write_complete(checkpoint, checksums=False)  # sizes
+
+
+RUN_RECORD = ".higgs_v3_finetune.json"
+"""In a fine-tuning output folder: what `--resume` must not change (`{"model": model_identity(--model)}`)."""
+
+
+def model_identity(name: str) -> str:
+    """`--model` as a run records it: an existing folder as its absolute path (however it was spelled), else the name
+    (`tiny-random`, a Hub repo id)."""
+    path = Path(name).expanduser()
+    return str(path.resolve()) if path.exists() else name
+
+
+def read_run_record(output: str | os.PathLike) -> dict:
+    """The run record of `output` (empty when there is none: a run of an older version)."""
+    try:
+        return json.loads(Path(output, RUN_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def write_run_record(output: str | os.PathLike, record: dict) -> None:
+    Path(output).mkdir(parents=True, exist_ok=True)
+    with atomic_output(Path(output, RUN_RECORD)) as temporary:
+        temporary.write_text(json.dumps(record) + "\n", encoding="utf-8")
 
 
 def resume_checkpoint(output: str | os.PathLike) -> tuple[Path, list[str]]:
@@ -749,7 +811,10 @@ __all__ = [
     "load_speech_items",
     "lora_config",
     "prepare_examples",
+    "model_identity",
+    "read_run_record",
     "resume_checkpoint",
     "save_full_repo",
     "trainable_parameters",
+    "write_run_record",
 ]
