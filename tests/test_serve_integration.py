@@ -307,12 +307,14 @@ def test_the_documented_nginx_configuration_cuts_off_trickling_clients(server, t
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{proxy}"
     try:
-        for _ in range(100):
+        deadline = time.monotonic() + 120  # until nginx listens (seconds on a busy machine; never a margin)
+        while True:
             try:
-                models = httpx.get(f"{url}/v1/models", headers=HEADERS, timeout=5)
+                models = httpx.get(f"{url}/v1/models", headers=HEADERS, timeout=30)
                 break
             except httpx.TransportError:
                 assert process.poll() is None, process.stdout.read()
+                assert time.monotonic() < deadline, "nginx did not start listening"
                 time.sleep(0.05)
         assert models.json()["data"][0]["id"] == "tiny"
         body = {"model": "tiny", "input": "Through the proxy.", "response_format": "pcm", "seed": 2, "retries": 0}
