@@ -172,13 +172,14 @@ def test_prompts_have_the_asked_length_and_layout(tiny_pair):
 
 def test_v2_model_matches_our_shapes_and_runs_without_torchaudio(tiny_pair):
     ours, _ = tiny_pair
+    torchaudio_before = sys.modules.get("torchaudio")  # None, or conftest's stand-in while its fixture is alive
     v2 = H.build_v2(ours)
     assert v2.audio_lm_head.weight.shape == ours.audio_head.weight.shape == (8208, ours.config.hidden_size)
     eos_rows = torch.arange(8) * 1026 + 1025
     assert torch.all(v2.audio_lm_head.weight[eos_rows] == 0)
     ids = H.text_prompt(1, 8, vocab=v2.config.vocab_size, last=v2.config.audio_bos_token_id)
     assert H.run_v2(v2, ids, 12, "greedy") == 12
-    assert "torchaudio" not in sys.modules
+    assert sys.modules.get("torchaudio") is torchaudio_before  # the v2 path imported no torchaudio of its own
 
 
 class _ForceCode(LogitsProcessor):
