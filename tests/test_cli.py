@@ -604,18 +604,6 @@ def test_readme_commands_parse_and_validate(tmp_path, monkeypatch):
             assert set(request.voices) == {"Ann", "Bob"}
 
 
-@pytest.mark.integration
-def test_readme_commands_run_as_written(cache, tmp_path, monkeypatch, capsys):
-    """Every `higgs-v3` command of the README, run as written (on the tiny random model)."""
-    monkeypatch.chdir(tmp_path)
-    write_readme_inputs(tmp_path)
-    for args in readme_commands(converted=str(ensure_tiny_random())):
-        code = main_restoring_library_settings(args)
-        captured = capsys.readouterr()
-        assert code == 0, (args, captured.err)
-        assert "Traceback" not in captured.err
-
-
 def test_an_unreachable_hub_gives_one_line_quickly(in_process, monkeypatch):
     """Online mode but no answer from the Hub: one short probe (no retry storm), then the local cache only, and one
     line naming the default model as such."""
