@@ -30,13 +30,16 @@ modules import the standard library only).
 
 from __future__ import annotations
 
+import _thread
 import argparse
 import logging
 import math
 import os
 import re
 import secrets
+import signal
 import sys
+import threading
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
@@ -989,6 +992,7 @@ def main(argv: list[str] | None = None, *, convert_prog: str | None = None) -> i
     if args.command is None:
         parser.print_help(sys.stderr)
         return EXIT_ERROR
+    previous_hook, sys.unraisablehook = sys.unraisablehook, _keep_interrupts(sys.unraisablehook)
     try:
         if getattr(args, "quiet_libraries", False):  # the commands report through their own lines
             _quiet_libraries(verbose=False)
@@ -996,7 +1000,26 @@ def main(argv: list[str] | None = None, *, convert_prog: str | None = None) -> i
     except BaseException as error:  # noqa: BLE001 - every outcome becomes an exit code, in one place
         return _exit_code(error, getattr(args, "error_prefix", parser.prog), args.command)
     finally:
+        sys.unraisablehook = previous_hook
         _restore_libraries()
+
+
+def _keep_interrupts(previous: Callable) -> Callable:
+    """A `sys.unraisablehook` that keeps Ctrl-C: a KeyboardInterrupt raised while a finalizer (`__del__`, a weakref
+    callback) runs is dropped by Python with an "Exception ignored" message, and the command went on speaking (seen
+    once in a loaded CI run: 120 s after SIGINT it still ran). It is delivered again instead, at the main thread's next
+    instruction; anything else goes to `previous`."""
+
+    def hook(unraisable) -> None:
+        if isinstance(unraisable.exc_value, KeyboardInterrupt) and signal.getsignal(signal.SIGINT) is (
+                signal.default_int_handler):
+            # From another thread: it needs the GIL, so the interrupt is raised after this hook returned (raised in the
+            # hook, it would be dropped again); in another finalizer, it comes back here and is sent once more.
+            _thread.start_new_thread(signal.pthread_kill, (threading.main_thread().ident, signal.SIGINT))
+            return
+        previous(unraisable)
+
+    return hook
 
 
 def _exit_code(error: BaseException, prefix: str, command: str) -> int:

@@ -20,6 +20,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -630,3 +631,29 @@ def test_an_unreachable_hub_gives_one_line_quickly(in_process, monkeypatch):
                    "(https://huggingface.co) did not answer within 3 s, and it is not in the local Hugging Face cache. "
                    "Connect and run again, or give a local folder with --model (or 'tiny-random' for the demo model).\n")
 
+
+
+def test_ctrl_c_raised_inside_a_finalizer_is_delivered_again():
+    """Python drops what a `__del__` raises (an "Exception ignored" message): a Ctrl-C that lands while a finalizer
+    runs would be lost and the command would go on speaking. The command line's hook delivers it again; any other
+    unraisable exception goes to the previous hook, as before."""
+    from higgs_v3.cli.main import _keep_interrupts
+
+    class Finalized:
+        def __init__(self, error):
+            self.error = error
+
+        def __del__(self):
+            raise self.error
+
+    passed_on = []
+    previous, sys.unraisablehook = sys.unraisablehook, _keep_interrupts(passed_on.append)
+    try:
+        Finalized(ValueError("not an interrupt"))  # finalized at once
+        assert [type(u.exc_value) for u in passed_on] == [ValueError]
+        with pytest.raises(KeyboardInterrupt):
+            Finalized(KeyboardInterrupt())
+            threading.Event().wait(timeout=120)  # interrupted at once (the wait ends on the signal, not the timeout)
+        assert len(passed_on) == 1
+    finally:
+        sys.unraisablehook = previous
