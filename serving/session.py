@@ -66,6 +66,7 @@ class DecodeRequest:
     max_positions: int | None = MAX_POSITIONS
     output: HiggsAudioV3GenerationOutput | None = None
     error: BaseException | None = None
+    largest_batch: int = 0  # the most requests it shared a step with (itself included)
     context: object = None  # the caller's (the server's chunk)
 
 
@@ -101,7 +102,9 @@ class DecodeSession:
         self._free_slots = list(range(max_batch_size))
         self.cache: DynamicCache | None = None
         self.steps_run, self.largest_batch = 0, 0
-        self._state: dict[str, torch.Tensor] = {}
+        self._state: dict[str, torch.Tensor] = {}  # per row, on the model's device
+        self._host: dict[str, torch.Tensor] = {}  # per row, on the host: slot in the history, rows drawn, peak batch
+        self._listeners: list = []
 
     # ------------------------------------------------------------------ the caller's side
     @property
@@ -233,7 +236,10 @@ class DecodeSession:
         new_pads = (mask.shape[1] - lengths).cpu()  # admission's host read
         slots = [self._free_slots.pop(0) for _ in admitted]
         for row, slot, pad in zip(admitted, slots, new_pads.tolist()):
-            row.slot, row.pad, row.rows = slot, pad, 0
+            row.slot, row.pad = slot, pad
+        host = {"slot": torch.tensor(slots), "count": torch.zeros(count, dtype=torch.long),
+                "peak": torch.zeros(count, dtype=torch.long)}
+        self._host = host if self.cache is None else {name: torch.cat([self._host[name], host[name]]) for name in host}
         longest = max(row.limit for row in admitted)
         if self._history.shape[1] < longest:
             self._history = F.pad(self._history, (0, 0, 0, longest - self._history.shape[1]))
@@ -275,6 +281,7 @@ class DecodeSession:
             warpers = self._rows[members[0]].warpers
             self._groups.append((warpers, None if len(groups) == 1 else member.repeat_interleave(C).to(device)[:, None]))
         self._any_least = any(row.min_new_tokens for row in self._rows)
+        self._listeners = [(i, row.request) for i, row in enumerate(self._rows) if row.request.on_row is not None]
 
     # ------------------------------------------------------------------ the step
     def _decode(self) -> torch.Tensor:
@@ -319,15 +326,15 @@ class DecodeSession:
         return rows, done
 
     def _record(self, host: torch.Tensor) -> None:
-        """The step's rows written to the history, handed to the listeners; the rows that ended leave."""
+        """The step's rows written to the history (one indexed copy), handed to the requests that listen; the rows
+        that ended leave."""
         rows, done = host[:, :-1], host[:, -1].bool()
-        slots = torch.tensor([row.slot for row in self._rows])
-        steps = torch.tensor([row.rows for row in self._rows])
-        self._history[slots, steps] = rows.to(torch.int16)
-        for i, row in enumerate(self._rows):  # host bookkeeping of each request (no device work)
-            row.rows += 1
-            if row.request.on_row is not None and not row.cancelled:
-                row.request.on_row(rows[i])
+        slots, counts = self._host["slot"], self._host["count"]
+        self._history[slots, counts] = rows.to(torch.int16)
+        counts += 1
+        torch.clamp(self._host["peak"], min=len(self._rows), out=self._host["peak"])
+        for i, request in self._listeners:  # the streamed requests only
+            request.on_row(rows[i])
         self._leave(done.tolist())
 
     # ------------------------------------------------------------------ leaving
@@ -336,15 +343,17 @@ class DecodeSession:
         trimmed; with no row left, the cache is dropped."""
         if not any(gone):
             return
-        for row, leaving in zip(self._rows, gone):
+        for i, (row, leaving) in enumerate(zip(self._rows, gone)):
             if leaving:
                 self._free_slots.append(row.slot)
-                self._end(row, Cancelled() if cancelled else None, self._output(row))
+                row.request.largest_batch = int(self._host["peak"][i])
+                self._end(row, Cancelled() if cancelled else None, self._output(row, int(self._host["count"][i])))
         keep = [i for i, leaving in enumerate(gone) if not leaving]
         self._rows = [self._rows[i] for i in keep]
         if not keep:
-            self.cache, self._state = None, {}
+            self.cache, self._state, self._host = None, {}, {}
             return
+        self._host = {name: value[keep] for name, value in self._host.items()}
         trim = min(row.pad for row in self._rows)
         for row in self._rows:
             row.pad -= trim
@@ -358,15 +367,15 @@ class DecodeSession:
         self._sampling_groups()
 
     def _fail_all(self, error: BaseException) -> None:
-        rows, self._rows, self.cache, self._state = self._rows, [], None, {}
+        rows, self._rows, self.cache, self._state, self._host = self._rows, [], None, {}, {}
         for row in rows:
             self._free_slots.append(row.slot)
             self._end(row, error)
 
-    def _output(self, row: _Admitted) -> HiggsAudioV3GenerationOutput:
-        """A request's rows as `generate`'s output of batch 1 (sequences, lengths, finished, codes)."""
+    def _output(self, row: _Admitted, count: int) -> HiggsAudioV3GenerationOutput:
+        """A request's `count` rows as `generate`'s output of batch 1 (sequences, lengths, finished, codes)."""
         spec = self.spec
-        rows = self._history[row.slot, : row.rows].long()[None]  # [1, R, C]
+        rows = self._history[row.slot, :count].long()[None]  # [1, R, C]
         end_row = spec.speech_end_row(rows[..., 0])
         lengths = speech_rows(end_row, spec.num_codebooks, rows.shape[1])
         codes, code_lengths = spec.rows_to_codes(rows, lengths)
