@@ -621,8 +621,8 @@ def _add_routes(router: APIRouter, service: SpeechService) -> None:
     @router.get("/health")
     async def health():
         worker = service.worker
-        return {"status": "ok", "model": settings.model_name, "queued": worker.queued, "batches": worker.batches,
-                "largest_batch": worker.largest_batch}
+        return {"status": "ok", "model": settings.model_name, "queued": worker.queued, "active": worker.active,
+                "batches": worker.batches, "largest_batch": worker.largest_batch}
 
     @router.get("/v1/models")
     async def models():

@@ -238,7 +238,8 @@ class DecodeSession:
         for row, slot, pad in zip(admitted, slots, new_pads.tolist()):
             row.slot, row.pad = slot, pad
         host = {"slot": torch.tensor(slots), "count": torch.zeros(count, dtype=torch.long),
-                "peak": torch.zeros(count, dtype=torch.long)}
+                "peak": torch.zeros(count, dtype=torch.long),
+                "least": torch.tensor([row.min_new_tokens for row in admitted], dtype=torch.long)}
         self._host = host if self.cache is None else {name: torch.cat([self._host[name], host[name]]) for name in host}
         longest = max(row.limit for row in admitted)
         if self._history.shape[1] < longest:
@@ -280,7 +281,6 @@ class DecodeSession:
             member[members] = True
             warpers = self._rows[members[0]].warpers
             self._groups.append((warpers, None if len(groups) == 1 else member.repeat_interleave(C).to(device)[:, None]))
-        self._any_least = any(row.min_new_tokens for row in self._rows)
         self._listeners = [(i, row.request) for i, row in enumerate(self._rows) if row.request.on_row is not None]
 
     # ------------------------------------------------------------------ the step
@@ -297,16 +297,17 @@ class DecodeSession:
 
     def _choose(self, scores: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """`generate`'s per-step pieces, each row at its own step: the rows drawn `[B, C]` and which ended `[B]`."""
-        state, C = self._state, self.num_codebooks
+        state, C, counts = self._state, self.num_codebooks, self._host["count"]  # counts: each row's step, on the host
         step = state["step"].repeat_interleave(C)  # [B*C]
-        if self._any_least:
+        if bool((counts < self._host["least"]).any()):  # a row before its min_new_tokens (a host test, no sync)
             scores = self._ban.at_step(scores, step, state["least"].repeat_interleave(C))
         for warpers, member in self._groups:  # one per sampling setting in the batch (usually one)
             warped = scores
             for warper in warpers or []:
                 warped = warper(None, warped)
             scores = warped if member is None else torch.where(member, warped, scores)
-        scores = self._delay.at_step(scores, step)
+        if int(counts.min()) < C - 1:  # a row in its delay window
+            scores = self._delay.at_step(scores, step)
         greedy = [warpers is None for warpers, _ in self._groups]
         if all(greedy):
             tokens = scores.argmax(-1)

@@ -6,10 +6,15 @@ on a decode session (`serving/session.py`: step-level batching).
 request handlers (event loop) ──submit(chunk)──> bounded queue ──> worker thread, every step:
     take what arrived (calls run at once, between steps); admit held chunks while the session has room
     (`max_batch_size` active requests): processor(text, reference=voice) -> session.add(seed=the take's seed)
-    session.step(): every active chunk one row further; a chunk that ended leaves at once, its waveform decoded alone
-    a whole chunk's bad take (`judge_take`) with retries left -> held first, re-admitted with seed retry_seed(seed, k)
-<── audio pieces while rows are drawn (streamed chunks: one audio streamer each, a small first piece), then the result
+    session.step(): every active chunk one row further; a chunk that ended leaves at once
+codec thread: streamed rows -> audio pieces (one audio streamer per chunk, a small first piece); an ended take's
+    waveform decoded alone and judged; a bad take (`judge_take`) with retries left -> held first by the worker,
+    re-admitted with seed retry_seed(seed, k)
+<── audio pieces while rows are drawn, then the chunk's result
 ```
+
+The codec never runs inside a decode step: a step's cost is the model's alone, and the codec's work on the rows of
+one step overlaps the next steps.
 
 A chunk joins the running decode at the next step: its first audio never waits for other people's speech, and a row
 that ended never waits for the longest one. Bad takes are redone as `synthesize_long` redoes them (`longform_higgs_v3`:
@@ -119,6 +124,7 @@ class _Call:
 
 
 _STOP = object()
+_WAKE = object()  # put by the codec thread when a take is finished (a redo may be due)
 
 
 class SpeechWorker:
@@ -139,6 +145,11 @@ class SpeechWorker:
         self._abort = threading.Event()  # set by `stop`'s deadline: cut what is left
         self.batches, self.largest_batch = 0, 0  # takes admitted to the session, and the most decoded at one step
         self.cut = 0  # chunks cut by `stop`'s deadline
+        self._codec_jobs: queue.Queue = queue.Queue()  # the codec thread's work, in order: stream pieces, takes
+        self._redos: deque = deque()  # chunks the codec thread judged bad, for a redo (first in line)
+        self._finishing = 0  # takes ended in the session and not yet finished by the codec thread
+        self._codec_thread = threading.Thread(target=self._decode, name="higgs-v3-codec", daemon=True)
+        self._codec_thread.start()
         self._thread = threading.Thread(target=self._serve, name="higgs-v3-worker", daemon=True)
         self._thread.start()
 
@@ -197,12 +208,26 @@ class SpeechWorker:
     def queued(self) -> int:
         return self._queue.qsize() + len(self._held)
 
+    @property
+    def active(self) -> int:
+        """Chunks being decoded now (in the session)."""
+        return len(self._decoding)
+
     # ------------------------------------------------------------------ the worker thread
     def _serve(self) -> None:
+        try:
+            self._steps()
+        finally:
+            self._codec_jobs.put(None)  # after every job queued: the codec thread ends once they are done
+            self._codec_thread.join()
+
+    def _steps(self) -> None:
         stopping = False
         while True:
+            while self._redos:
+                self._held.appendleft(self._redos.pop())
             idle = self.session.idle and not self._held
-            if idle and stopping:
+            if idle and stopping and not self._finishing:
                 return
             stopping |= self._take(block=idle)
             if idle and self.batch_wait:  # an idle worker: what comes soon is prefilled with the first
@@ -228,6 +253,8 @@ class SpeechWorker:
             except queue.Empty:
                 return stopping
             block = False
+            if item is _WAKE:
+                continue
             if item is _STOP:
                 stopping = True
             elif isinstance(item, _Call):
@@ -247,7 +274,8 @@ class SpeechWorker:
                 streamer = _ChunkStreamer(self.model, chunk) if chunk.stream else None
                 chunk.request = DecodeRequest(
                     inputs, seed=chunk.take_seed, options=dict(chunk.options), context=(chunk, streamer),
-                    on_row=None if streamer is None else (lambda row, put=streamer.put: put(row[None])),
+                    on_row=None if streamer is None else (
+                        lambda row, put=streamer.put: self._codec_jobs.put(lambda: put(row[None]))),
                     on_end=self._ended)
                 self.session.add(chunk.request)
             except Exception as error:  # noqa: BLE001 - this chunk alone: its text, voice or options
@@ -276,14 +304,28 @@ class SpeechWorker:
         self._end(chunk, ("error", ShutdownCut("The server shut down before this chunk was spoken.")))
 
     def _ended(self, request: DecodeRequest) -> None:
-        """The session's end of a take: judged (kept or held for a redo), or its error, or dropped (cancelled: its
-        client left, or cut at shutdown)."""
-        chunk, streamer = request.context
+        """The session's end of a take (on the worker thread): dropped (cancelled: its client left, or cut at
+        shutdown), or handed to the codec thread (`_finish`), behind its stream's pieces."""
+        chunk, _ = request.context
         self._decoding.remove(chunk)
+        if isinstance(request.error, Cancelled):
+            self._cut(chunk) if self._abort.is_set() else self._end(chunk)
+            return
+        with self._lock:
+            self._finishing += 1
+        self._codec_jobs.put(lambda: self._finish(request))
+
+    def _decode(self) -> None:
+        """The codec thread: streamed pieces and finished takes are decoded here, never inside a decode step."""
+        while (job := self._codec_jobs.get()) is not None:
+            job()
+
+    def _finish(self, request: DecodeRequest) -> None:
+        """A take's end on the codec thread: its error, or its last pieces, its waveform decoded alone and judged (kept,
+        or held for a redo: the worker is woken)."""
+        chunk, streamer = request.context
         try:
-            if isinstance(request.error, Cancelled):
-                self._cut(chunk) if self._abort.is_set() else self._end(chunk)
-            elif request.error is not None:
+            if request.error is not None:
                 self._end(chunk, ("error", request.error))
             else:
                 if streamer is not None:
@@ -291,6 +333,10 @@ class SpeechWorker:
                 self._judge(chunk, self._take_of(chunk, request))
         except Exception as error:  # noqa: BLE001 - a fault judging one take ends that chunk alone
             self._end(chunk, ("error", error))
+        finally:
+            with self._lock:
+                self._finishing -= 1
+            self._queue.put(_WAKE)
 
     def _take_of(self, chunk: Chunk, request: DecodeRequest) -> ChunkOutput:
         """The take's codes and its waveform, decoded alone."""
@@ -308,7 +354,7 @@ class SpeechWorker:
         take = take if chunk.kept is None else _better_take(chunk.kept, take)
         if take.problem is not None and chunk.attempt < chunk.retries and not chunk.cancelled.is_set():
             chunk.kept, chunk.attempt = take, chunk.attempt + 1
-            self._held.appendleft(chunk)
+            self._redos.append(chunk)  # the worker holds it first at its next step
         else:
             chunk.kept = None
             self._end(chunk, ("done", take))
