@@ -482,7 +482,9 @@ def test_bench_serve_runs_and_reports_its_ratios(tmp_path):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     import bench_serve
 
-    payload = bench_serve.main(["--requests", "2", "--seconds", "0.2", "--no-plot", "--out", str(tmp_path)])
-    assert set(payload["ratios"]) == {"concurrency 1", "concurrency 4", "concurrency 16", "first byte / whole response"}
+    payload = bench_serve.main(["--requests", "2", "--seconds", "0.2", "--no-plot", "--out", str(tmp_path), "--no-load",
+                                "--batch-items", "3"])
+    assert set(payload["ratios"]) == {"concurrency 1", "concurrency 4", "concurrency 16", "first byte / whole response",
+                                      "higgs-v3 batch: static over session"}
     assert all(value > 0 for value in payload["ratios"].values()) and payload["largest_batch"] >= 1
     assert json.loads((tmp_path / "bench_serve.json").read_text())["ratios"] == payload["ratios"]
