@@ -17,6 +17,9 @@ python benchmarks/bench_serve.py --requests 32 --seconds 2
 - **Time to first audio byte.** One request streamed (`stream_format="audio"`, pcm) against the same request whole:
   the first byte's time over the whole response's. And under load: the same streamed request sent while 15 whole
   requests of 4-8 s are being spoken, its first byte over its first byte alone (target: at most 1.5x).
+- **The same, decoding only.** The 16 unequal requests decoded on the session in this process (no HTTP, no codec):
+  one at a time over at once, what step-level batching itself gains; the server's figure adds its fixed costs (the
+  codec decoding each take, on its own thread, and HTTP), which batching does not share.
 - **`higgs-v3 batch`: the decode session over static batching.** `run_batch` on a manifest of `--batch-items` items
   whose lengths differ (the tiny random model with codebook 0's end-of-speech logit raised by 2.5, so items end by
   themselves after 15 to 207 rows, seed by seed; 8 s at most), at `--batch-size` 8: static batching (`scheduling="static"`, `generate` calls of 8
@@ -134,6 +137,27 @@ def first_byte_under_load(http, others: int = 15) -> float:
     return statistics.median(loaded) / alone
 
 
+def session_unequal(model, processor, count: int = 16) -> float:
+    """The unequal-length figure without the server: the 16 requests' decoding on the session in this thread (no
+    HTTP, no codec), one at a time over at once: what step-level batching itself gains."""
+    from higgs_v3.serving.session import DecodeRequest, DecodeSession
+
+    spec = model.config.audio_spec
+    requests = [(f"Unequal request {i}.", 100 + i, spec.rows_for_seconds(UNEQUAL_SECONDS[i % len(UNEQUAL_SECONDS)]))
+                for i in range(count)]
+
+    def decode(group) -> float:
+        session, began = DecodeSession(model, count), time.perf_counter()
+        for text, seed, rows in group:
+            session.add(DecodeRequest(processor([text]), seed=seed, options={"max_new_tokens": rows}))
+        while not session.idle:
+            session.step()
+        return time.perf_counter() - began
+
+    alone = sum(decode([request]) for request in requests)
+    return alone / decode(requests)
+
+
 def batch_scheduling(items: int = 32, batch_size: int = 8, max_seconds: float = 8.0) -> dict:
     """`run_batch` on a manifest of `items` items of unequal lengths (see the module doc): static batching's wall time
     over the decode session's, and the spread of the items' lengths."""
@@ -206,6 +230,10 @@ def main(argv: list[str] | None = None) -> dict:
     path = ensure_tiny_random()
     payload = measure(load_model(path, "cpu", "float32"), load_processor(path), args.requests, args.seconds,
                       args.rounds, load=not args.no_load)
+    if not args.no_load:
+        model, processor = load_model(path, "cpu", "float32"), load_processor(path)
+        payload["ratios"]["16 unequal lengths, the session alone (no HTTP, no codec)"] = statistics.median(
+            session_unequal(model, processor) for _ in range(args.rounds))
     if args.batch_items:
         payload["batch"] = batch_scheduling(args.batch_items)
         payload["ratios"]["higgs-v3 batch: static over session"] = payload["batch"]["static over session"]

@@ -14,7 +14,7 @@ cancel(request)  the request drops out at the next step, the others unchanged
 ```
 
 State per row (tensors indexed by row, reordered together on admission and on leaving): its step (the row it emits
-next), seed, limit (`max_new_tokens`, clipped to `max_positions` as `generate` clips it), `min_new_tokens`, end row
+next), its sampler's uniforms (`counter_uniform` of its seed, computed at admission), limit (`max_new_tokens`, clipped to `max_positions` as `generate` clips it), `min_new_tokens`, end row
 (`delay_higgs_v3.speech_end_row`), next position, newest row; on the host its request, left padding, slot in the rows
 history and step. KV: one `DynamicCache` whose rows share one length and are left padded, with a 2-D attention mask;
 an admitted group is prefilled in its own cache, then both are left padded to the longer and joined; rows that leave
@@ -231,6 +231,7 @@ class DecodeSession:
             "end_row": torch.full((count,), NO_END, dtype=torch.long, device=device),
             "position": lengths,
             "last": torch.zeros(count, self.num_codebooks, dtype=torch.long, device=device),
+            "uniform": self._uniforms(admitted, device),
             "mask": mask,
         }
         new_pads = (mask.shape[1] - lengths).cpu()  # admission's host read
@@ -261,17 +262,26 @@ class DecodeSession:
                                     F.pad(other.keys, (0, 0, grow[id(new)], 0))])
             layer.values = torch.cat([F.pad(layer.values, (0, 0, grow[id(state)], 0)),
                                       F.pad(other.values, (0, 0, grow[id(new)], 0))])
+        width = max(state["uniform"].shape[1], new["uniform"].shape[1])
+        for part in (state, new):
+            part["uniform"] = F.pad(part["uniform"], (0, 0, 0, width - part["uniform"].shape[1]))
         joined = {name: torch.cat([state[name], new[name]]) for name in new if name != "mask"}
         joined["mask"] = torch.cat([F.pad(state["mask"], (grow[id(state)], 0)), F.pad(new["mask"], (grow[id(new)], 0))])
         return running, joined
 
+    def _uniforms(self, admitted: list[_Admitted], device) -> torch.Tensor:
+        """The sampler's uniforms of every row of each admitted request, `[n, longest limit, C]`: `counter_uniform`
+        of (its seed, row, codebook), computed once at admission instead of at every step (the same numbers)."""
+        longest, C = max(row.limit for row in admitted), self.num_codebooks
+        seeds = torch.tensor([row.seed for row in admitted], device=device)[:, None, None]
+        rows = torch.arange(longest, device=device)[None, :, None]
+        return counter_uniform(seeds, rows, torch.arange(C, device=device)[None, None, :], C)  # [n, longest, C]
+
     def _sampling_groups(self) -> None:
-        """Per-row constants of the step, rebuilt whenever the rows change (admission, leaving): each row's seed and
-        codebook, and a mask per sampling group (rows sharing warpers; one group: no mask)."""
-        state, C, device = self._state, self.num_codebooks, self._state["mask"].device
+        """Per-row constants of the step, rebuilt whenever the rows change (admission, leaving): a mask per sampling
+        group (rows sharing warpers; one group: no mask), and the rows whose requests listen to their rows."""
+        C, device = self.num_codebooks, self._state["mask"].device
         rows = len(self._rows)
-        state["row_seed"] = state["seed"].repeat_interleave(C)
-        state["codebook"] = torch.arange(C, device=device).repeat(rows)
         groups: dict[str, list[int]] = {}
         for i, row in enumerate(self._rows):  # admission and leaving only
             groups.setdefault(row.sampling, []).append(i)
@@ -312,7 +322,7 @@ class DecodeSession:
         if all(greedy):
             tokens = scores.argmax(-1)
         else:
-            uniform = counter_uniform(state["row_seed"], step, state["codebook"], C)
+            uniform = state["uniform"][torch.arange(len(self._rows), device=step.device), state["step"]].view(-1)
             tokens = HiggsAudioV3SeededSampler.draw(scores, uniform)[:, 0]
             if any(greedy):
                 is_greedy = torch.zeros_like(tokens, dtype=torch.bool)
@@ -362,8 +372,7 @@ class DecodeSession:
         for layer in self.cache.layers:
             layer.keys = layer.keys.index_select(0, index)[:, :, trim:]
             layer.values = layer.values.index_select(0, index)[:, :, trim:]
-        self._state = {name: value.index_select(0, index) for name, value in self._state.items()
-                       if name not in ("row_seed", "codebook")}
+        self._state = {name: value.index_select(0, index) for name, value in self._state.items()}
         self._state["mask"] = self._state["mask"][:, trim:]
         self._sampling_groups()
 
