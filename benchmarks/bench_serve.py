@@ -22,8 +22,8 @@ python benchmarks/bench_serve.py --requests 32 --seconds 2
   codec decoding each take, on its own thread, and HTTP), which batching does not share.
 - **`higgs-v3 batch`: the decode session over static batching.** `run_batch` on a manifest of `--batch-items` items
   whose lengths differ (the tiny random model with codebook 0's end-of-speech logit raised by 2.5, so items end by
-  themselves after 15 to 207 rows, seed by seed; 8 s at most), at `--batch-size` 8: static batching (`scheduling="static"`, `generate` calls of 8
-  that run until their longest item ends) over the session's wall time.
+  themselves after 15 to 207 rows, seed by seed; 8 s at most), at `--batch-size` 8: static batching
+  (`scheduling="static"`, `generate` calls of 8 that run until their longest item ends) over the session's wall time.
 
 The server is the real app under uvicorn in this process (a thread), spoken to over HTTP with httpx. Wall clock
 (requests wait on each other by design); `--rounds` repeats each measurement and keeps the median ratio. The real

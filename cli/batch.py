@@ -377,7 +377,8 @@ class _SessionSpeaker:
         self.batch_invariant = bool(options.pop("batch_invariant", False))
         self.rules = _Synthesizer(model, processor, pause_seconds=DEFAULT_PAUSE_SECONDS, batch_size=batch_size,
                                   seed=0, max_seconds=max_seconds, progress=False, generate_kwargs=options, **takes)
-        self.model, self.processor, self.voices, self.failed, self.max_chars = model, processor, voices, failed, max_chars
+        self.model, self.processor, self.voices, self.failed = model, processor, voices, failed
+        self.max_chars = max_chars
         self.session = DecodeSession(model, batch_size, self.batch_invariant)
         self.ready: list = []  # (item, k, job, attempt, kept) waiting for a row
         self.chunks: dict[str, dict[int, object]] = {}  # item output -> its kept chunks so far

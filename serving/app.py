@@ -21,8 +21,9 @@ their own (`SpeechService.fetch`: a few at once, then 503), never on the threads
 A request is checked whole before any work (each refusal an OpenAI error object naming the field), split into chunks
 as `synthesize_long` splits it (`split_text`), and its chunks are queued for the worker (`serving/worker.py`), which
 decodes them beside other requests' chunks on its decode session (step-level batching: a chunk joins at the next
-step). A streamed chunk's first piece is `initial_codec_chunk_frames` frames (default `FIRST_CHUNK_FRAMES`). Chunk `k` uses seed `seed + k`; without a voice, chunk 0 is spoken first and
-becomes the voice of the rest; chunks are joined with `DEFAULT_PAUSE_SECONDS` of silence. So a response equals
+step). A streamed chunk's first piece is `initial_codec_chunk_frames` frames (default `FIRST_CHUNK_FRAMES`). Chunk
+`k` uses seed `seed + k`; without a voice, chunk 0 is spoken first and becomes the voice of the rest; chunks are
+joined with `DEFAULT_PAUSE_SECONDS` of silence. So a response equals
 `processor.synthesize_long(model, input, seed=seed, batch_size=1, retries=retries)` (one chunk: `model.generate` with
 that seed): a bad take of a whole response is redone as the library redoes it (`retries`, the library's default 2; the
 worker queues the redo again). A streamed response is one take: its audio is sent as it is generated.

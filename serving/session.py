@@ -14,11 +14,13 @@ cancel(request)  the request drops out at the next step, the others unchanged
 ```
 
 State per row (tensors indexed by row, reordered together on admission and on leaving): its step (the row it emits
-next), its sampler's uniforms (`counter_uniform` of its seed, computed at admission), limit (`max_new_tokens`, clipped to `max_positions` as `generate` clips it), `min_new_tokens`, end row
-(`delay_higgs_v3.speech_end_row`), next position, newest row; on the host its request, left padding, slot in the rows
-history and step. KV: one `DynamicCache` whose rows share one length and are left padded, with a 2-D attention mask;
-an admitted group is prefilled in its own cache, then both are left padded to the longer and joined; rows that leave
-are filtered out and the padding every row still has is trimmed; with no request left the session holds no cache.
+next), its sampler's uniforms (`counter_uniform` of its seed, computed at admission), limit (`max_new_tokens`,
+clipped to `max_positions` as `generate` clips it), `min_new_tokens`, end row (`delay_higgs_v3.speech_end_row`), next
+position, newest row; on the host its request, left padding, slot in the rows history and rows drawn.
+
+KV: one `DynamicCache` whose rows share one length and are left padded, with a 2-D attention mask; an admitted group
+is prefilled in its own cache, then both are left padded to the longer and joined; rows that leave are filtered out
+and the padding every row still has is trimmed; with no request left the session holds no cache.
 
 With `batch_invariant=True` (`generate`'s `invariant_numerics`) a row's numbers do not depend on the rows beside it
 or its padding, so a request's codes are bit-identical to `model.generate(seed=..., batch_invariant=True)` alone,
@@ -290,7 +292,8 @@ class DecodeSession:
             member = torch.zeros(rows, dtype=torch.bool)
             member[members] = True
             warpers = self._rows[members[0]].warpers
-            self._groups.append((warpers, None if len(groups) == 1 else member.repeat_interleave(C).to(device)[:, None]))
+            mask = None if len(groups) == 1 else member.repeat_interleave(C).to(device)[:, None]  # [B*C, 1]
+            self._groups.append((warpers, mask))
         self._listeners = [(i, row.request) for i, row in enumerate(self._rows) if row.request.on_row is not None]
 
     # ------------------------------------------------------------------ the step

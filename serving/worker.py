@@ -66,8 +66,8 @@ class ShutdownCut(RuntimeError):
 class Chunk:
     """One text to speak: its voice (None: the model's own), seed, generation options (`generate` keyword arguments),
     whether its audio is streamed (its first piece `first_chunk_frames` frames), how many times a bad take is redone
-    (`retries`; a streamed chunk has none), and where its results go (`pieces`, an asyncio queue: `("audio", samples)` while
-    streamed, then `("done", ChunkOutput)` or `("error", exception)`)."""
+    (`retries`; a streamed chunk has none), and where its results go (`pieces`, an asyncio queue: `("audio",
+    samples)` while streamed, then `("done", ChunkOutput)` or `("error", exception)`)."""
 
     text: str
     voice: object
