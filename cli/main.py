@@ -196,7 +196,7 @@ def _add_batch_parser(commands) -> None:
     batch.add_argument("--device", default="auto", help="auto, cpu, cuda, mps (under a launcher: each process's own)")
     batch.add_argument("--dtype", default="auto", choices=["auto", *DTYPES])
     batch.add_argument("--batch-size", type=_positive("--batch-size", int), default=8,
-                       help="chunks per generate call (default 8)")
+                       help="chunks decoded at once; one joins as another ends (default 8)")
     batch.add_argument("--max-seconds", type=_positive("--max-seconds"), default=None, help="audio limit per chunk")
     batch.add_argument("--seed", type=_number("--seed", int), default=0,
                        help="base seed of the items without one (their index added, then moved past the seeds other "
