@@ -49,7 +49,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -364,8 +363,9 @@ class _SessionSpeaker:
     step and leaves when it ends, so a manifest of unequal lengths keeps the batch full. Each chunk is a request with
     its item's voice (a voiceless item's first chunk is spoken first; its take is the voice of the rest, as
     `synthesize_long`'s) and seed `item.seed + k`; a bad take is redone as `synthesize_long` redoes it (`judge_take`,
-    then a new request with `retry_seed(seed, k)`, `_better_take`). Each waveform is decoded alone, on a codec thread
-    while the next steps run (never inside a step)."""
+    then a new request with `retry_seed(seed, k)`, `_better_take`). Each waveform is decoded alone as its take ends,
+    on this thread: when a chunk is admitted depends on the codes alone, never on a thread's timing, so a rerun
+    decodes the same batches (and without `batch_invariant` gets the same float rounding)."""
 
     def __init__(self, model, processor, voices: dict, failed: list | None, *, batch_size: int, max_chars: int,
                  max_seconds, generate_kwargs: dict):
@@ -384,34 +384,21 @@ class _SessionSpeaker:
         self.chunks: dict[str, dict[int, object]] = {}  # item output -> its kept chunks so far
         self.jobs: dict[str, list] = {}  # item output -> its chunks' jobs
         self.done: list = []  # (item, waveform, chunks), in the order items completed
-        self.finishing: set = set()  # the codec thread's takes (futures) not yet collected
-        self.lock = threading.Lock()  # `ready` and `done`, shared with the codec thread
 
     def speak(self, items: list[BatchItem]):
         """Yields `(item, waveform, chunks)` as each item's last chunk is kept."""
-        from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-
         pending, failure = list(items), None
-        with ThreadPoolExecutor(1, thread_name_prefix="higgs-v3-codec") as self.codec:
-            while pending or self.ready or self.finishing or not self.session.idle:
-                while pending and len(self.ready) < self.session.free:
-                    try:
-                        self._start(pending.pop(0))
-                    except Exception as error:  # noqa: BLE001 - a voice that cannot be made stops the run at its
-                        failure, pending = error, []  # line, once the items started before it are written
-                while self.ready and self.session.free:
-                    with self.lock:
-                        request = self.ready.pop(0)
-                    self._add(*request)
-                if self.session.idle and self.finishing:
-                    wait(self.finishing, return_when=FIRST_COMPLETED)  # nothing to step: a take being finished
-                self.session.step()
-                for future in [future for future in self.finishing if future.done()]:
-                    self.finishing.discard(future)
-                    future.result()  # a fault in the codec thread stops the run here
-                with self.lock:
-                    done, self.done = self.done, []
-                yield from done
+        while pending or self.ready or not self.session.idle:
+            while pending and len(self.ready) < self.session.free:
+                try:
+                    self._start(pending.pop(0))
+                except Exception as error:  # noqa: BLE001 - a voice that cannot be made stops the run at its line,
+                    failure, pending = error, []  # once the items started before it are written
+            while self.ready and self.session.free:
+                self._add(*self.ready.pop(0))
+            self.session.step()
+            done, self.done = self.done, []
+            yield from done
         if failure is not None:
             raise failure
 
@@ -423,8 +410,7 @@ class _SessionSpeaker:
         self.jobs[item.output] = jobs = speech_jobs(self.processor, item.text, self.max_chars)
         self.chunks[item.output] = {}
         first = jobs if self.voices[item.output] is not None else jobs[:1]  # voiceless: the rest after its voice
-        with self.lock:
-            self.ready += [(item, k, job, 0, None) for k, job in enumerate(first)]
+        self.ready += [(item, k, job, 0, None) for k, job in enumerate(first)]
 
     def _add(self, item: BatchItem, k: int, job, attempt: int, kept) -> None:
         from ..sampling_higgs_v3 import retry_seed
@@ -438,10 +424,10 @@ class _SessionSpeaker:
     def _ended(self, request) -> None:
         if request.error is not None:
             raise request.error  # no request of a checked manifest fails alone: the run stops, as generate's would
-        self.finishing.add(self.codec.submit(self._finish, request))
+        self._finish(request)
 
     def _finish(self, request) -> None:
-        """On the codec thread: the take's waveform decoded alone, judged; kept, or its redo first in line."""
+        """The take's waveform decoded alone, judged; kept, or its redo first in line."""
         from ..longform_higgs_v3 import ChunkResult, _better_take, _join, _voice_from_chunk, judge_take
 
         (item, k, job, attempt, kept), output, rules = request.context, request.output, self.rules
@@ -453,19 +439,18 @@ class _SessionSpeaker:
                                       bool(output.finished[0]), request.seed, spec.frame_rate, item.output, None),
                           rules.seconds_per_char, rules.verify, rules.max_wer, spec.sampling_rate)
         take = take if kept is None else _better_take(kept, take)
-        with self.lock:
-            if take.problem is not None and attempt < rules.retries:
-                self.ready.insert(0, (item, k, job, attempt + 1, take))  # redone first
-                return
-            chunks = self.chunks[item.output]
-            chunks[k] = take
-            jobs = self.jobs[item.output]
-            if k == 0 and self.voices[item.output] is None and len(jobs) > 1:
-                self.voices[item.output] = _voice_from_chunk(take, spec)
-                self.ready += [(item, j, job, 0, None) for j, job in enumerate(jobs) if j > 0]
-            if len(chunks) == len(jobs):
-                ordered = [chunks[j] for j in range(len(jobs))]
-                self.done.append((item, _join(ordered, rules.pause_seconds, spec.sampling_rate), ordered))
+        if take.problem is not None and attempt < rules.retries:
+            self.ready.insert(0, (item, k, job, attempt + 1, take))  # redone first
+            return
+        chunks = self.chunks[item.output]
+        chunks[k] = take
+        jobs = self.jobs[item.output]
+        if k == 0 and self.voices[item.output] is None and len(jobs) > 1:
+            self.voices[item.output] = _voice_from_chunk(take, spec)
+            self.ready += [(item, j, job, 0, None) for j, job in enumerate(jobs) if j > 0]
+        if len(chunks) == len(jobs):
+            ordered = [chunks[j] for j in range(len(jobs))]
+            self.done.append((item, _join(ordered, rules.pause_seconds, spec.sampling_rate), ordered))
 
 
 def run_batch(
