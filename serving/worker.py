@@ -274,8 +274,8 @@ class SpeechWorker:
                 streamer = _ChunkStreamer(self.model, chunk) if chunk.stream else None
                 chunk.request = DecodeRequest(
                     inputs, seed=chunk.take_seed, options=dict(chunk.options), context=(chunk, streamer),
-                    on_row=None if streamer is None else (
-                        lambda row, put=streamer.put: self._codec_jobs.put(lambda: put(row[None]))),
+                    on_row=None if streamer is None else (lambda row, put=streamer.put, gone=chunk.cancelled.is_set:
+                                                          self._codec_jobs.put(lambda: gone() or put(row[None]))),
                     on_end=self._ended)
                 self.session.add(chunk.request)
             except Exception as error:  # noqa: BLE001 - this chunk alone: its text, voice or options
