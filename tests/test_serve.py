@@ -714,3 +714,32 @@ def test_url_references_are_fetched_on_their_own_bounded_threads(served, monkeyp
     found = error(answers["first"], 400)
     assert found["param"] == "reference_audio" and url in found["message"] and "uploaded clip" not in found["message"]
     assert threads == ["higgs-v3-url_0"]
+
+
+def test_a_streamed_chunk_joins_a_long_one_being_spoken_and_ends_first(served):
+    """Issue 31's point: a chunk that arrives while a long one is being decoded joins it at the next step, so its audio
+    (first piece and all) comes long before the long one ends; without step-level batching it waited for it."""
+    import asyncio
+
+    from higgs_v3.serving.worker import Chunk
+
+    client, _, _ = served
+    worker = client.app.state.service.worker
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        long = Chunk("A long one.", None, 1, (("max_new_tokens", 120), ("min_new_tokens", 110)), False, loop)
+        short = Chunk("Short.", None, 2, (("max_new_tokens", 30), ("min_new_tokens", 25)), True, loop,
+                      first_chunk_frames=5)
+        worker.submit(long)
+        while worker.active < 1:  # the long one is in the session
+            await asyncio.sleep(0)
+        worker.submit(short)
+        first = await asyncio.wait_for(short.pieces.get(), 30)
+        output = await asyncio.wait_for(short.output, 30)
+        long_done_then = long.output.done()
+        await asyncio.wait_for(long.output, 60)
+        return first, output, long_done_then
+
+    first, output, long_done_then = asyncio.run(run())
+    assert first[0] == "audio" and output.batch_size == 2 and not long_done_then
