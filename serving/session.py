@@ -85,6 +85,7 @@ class _Admitted:
     sampling: tuple  # ("greedy",) or the warpers' fields: rows with the same one share their warpers
     warpers: list
     cancelled: bool = False
+    ended: bool = False
 
 
 class DecodeSession:
@@ -161,7 +162,7 @@ class DecodeSession:
                 rows, done = self._choose(torch.cat(logits))
                 host = torch.cat([rows, done[:, None].long()], dim=1).cpu()  # the step's one host read [B, C + 1]
         except Exception as error:  # noqa: BLE001 - a step that fails (not one request's prefill) ends every row
-            self._fail_all(error)
+            self._fail_all(error, [row for row in admitted if not row.ended and row not in self._rows])
             return
         self.steps_run, self.largest_batch = self.steps_run + 1, max(self.largest_batch, len(self._rows))
         self._record(host)
@@ -379,10 +380,13 @@ class DecodeSession:
         self._state["mask"] = self._state["mask"][:, trim:]
         self._sampling_groups()
 
-    def _fail_all(self, error: BaseException) -> None:
+    def _fail_all(self, error: BaseException, waiting: list[_Admitted]) -> None:
+        """Every row, and the admitted requests not prefilled yet (`waiting`), end with `error`; no cache is left."""
         rows, self._rows, self.cache, self._state, self._host = self._rows, [], None, {}, {}
         for row in rows:
             self._free_slots.append(row.slot)
+            self._end(row, error)
+        for row in waiting:
             self._end(row, error)
 
     def _output(self, row: _Admitted, count: int) -> HiggsAudioV3GenerationOutput:
@@ -397,6 +401,7 @@ class DecodeSession:
             audio_codes=codes, audio_code_lengths=code_lengths)
 
     def _end(self, row: _Admitted, error: BaseException | None, output=None) -> bool:
+        row.ended = True
         request = row.request
         request.output, request.error = (None, error) if error is not None else (output, None)
         if request.on_end is not None:

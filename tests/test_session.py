@@ -144,3 +144,16 @@ def test_rows_are_handed_over_as_drawn(ending_model):
     request.on_row = seen.append
     _run(DecodeSession(ending_model, batch_invariant=True), {0: [request]})
     assert torch.equal(torch.stack(seen)[None], request.output.sequences)
+
+
+def test_a_decode_step_that_fails_ends_every_row_and_the_requests_waiting_for_their_prefill(ending_model, monkeypatch):
+    rng = random.Random(5)
+    running, waiting = _request(rng), _request(rng)
+    session = DecodeSession(ending_model, max_batch_size=2)
+    session.add(running)
+    session.step()
+    session.add(waiting)
+    monkeypatch.setattr(DecodeSession, "_decode", lambda self: (_ for _ in ()).throw(RuntimeError("out of memory")))
+    session.step()
+    assert [str(request.error) for request in (running, waiting)] == ["out of memory"] * 2
+    assert session.idle and session.cache_rows == 0 and session.free == 2
