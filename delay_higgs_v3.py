@@ -97,13 +97,16 @@ NO_END = 2**62
 """What `speech_end_row` returns for a sequence whose codebook 0 has not ended speech (larger than any row)."""
 
 
-def speech_end_row(codebook0: torch.LongTensor, eoc_id: int, num_codebooks: int, first_row: int = 0
-                   ) -> torch.LongTensor:
+def speech_end_row(codebook0: torch.LongTensor, eoc_id: int, num_codebooks: int,
+                   first_row: int | torch.LongTensor = 0) -> torch.LongTensor:
     """The row that ends speech (see above): the first EOC of codebook 0 at a row `r >= num_codebooks`, else `NO_END`.
     `codebook0` holds `[..., n]` codebook-0 codes of rows `first_row .. first_row + n - 1` (all rows, or only the
-    newest ones: take the `minimum` with the previous result). Returns `[...]`."""
+    newest ones: take the `minimum` with the previous result; one newest row may come with each sequence's own
+    `first_row` `[...]`, a decode session's). Returns `[...]`."""
     num_rows = codebook0.shape[-1]
     is_eoc = codebook0 == eoc_id
+    if isinstance(first_row, torch.Tensor):  # one row per sequence, each at its own row
+        return torch.where(is_eoc[..., 0] & (first_row >= num_codebooks), first_row, NO_END)
     if num_rows == 1 and first_row >= num_codebooks:  # one new row after the delay window (a streamer's every put)
         return torch.where(is_eoc[..., 0], first_row, NO_END)
     row = torch.arange(first_row, first_row + num_rows, device=codebook0.device)  # [n]
@@ -235,7 +238,7 @@ class HiggsAudioV3AudioSpec:
         """`rows_to_codes` with this spec's BOC / EOC."""
         return rows_to_codes(rows, self.audio_boc_token_id, self.audio_eoc_token_id, lengths)
 
-    def speech_end_row(self, codebook0: torch.LongTensor, first_row: int = 0) -> torch.LongTensor:
+    def speech_end_row(self, codebook0: torch.LongTensor, first_row: int | torch.LongTensor = 0) -> torch.LongTensor:
         """`speech_end_row` with this spec's EOC and codebook count."""
         return speech_end_row(codebook0, self.audio_eoc_token_id, self.num_codebooks, first_row)
 

@@ -200,8 +200,11 @@ class HiggsAudioV3DelayPatternLogitsProcessor(LogitsProcessor):
         self.num_codebooks, self.boc_token_id, self.prompt_length = num_codebooks, boc_token_id, prompt_length
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        step = input_ids.shape[1] - self.prompt_length  # Python int from a shape: no host sync
-        if step >= self.num_codebooks - 1:
+        return self.at_step(scores, input_ids.shape[1] - self.prompt_length)  # Python int from a shape: no host sync
+
+    def at_step(self, scores: torch.FloatTensor, step: int | torch.LongTensor) -> torch.FloatTensor:
+        """`step`: every row's (an int), or each row's own `[batch * C]` (a decode session's rows, at any step)."""
+        if isinstance(step, int) and step >= self.num_codebooks - 1:
             return scores
         codebook = torch.arange(scores.shape[0], device=scores.device) % self.num_codebooks  # [B*C]
         forced = torch.full_like(scores, -float("inf"))
@@ -223,11 +226,17 @@ class HiggsAudioV3MinNewTokensLogitsProcessor(LogitsProcessor):
         self.prompt_length, self.min_new_tokens = prompt_length, min_new_tokens
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        step = input_ids.shape[1] - self.prompt_length  # Python int from a shape: no host sync
-        if step >= self.min_new_tokens:
+        return self.at_step(scores, input_ids.shape[1] - self.prompt_length)  # Python int from a shape: no host sync
+
+    def at_step(self, scores: torch.FloatTensor, step: int | torch.LongTensor,
+                min_new_tokens: torch.LongTensor | None = None) -> torch.FloatTensor:
+        """`step` (and `min_new_tokens`): every row's ints, or each row's own `[batch * C]` (a decode session's)."""
+        least = self.min_new_tokens if min_new_tokens is None else min_new_tokens
+        if isinstance(step, int) and isinstance(least, int) and step >= least:
             return scores
         banned = torch.zeros_like(scores, dtype=torch.bool)
-        banned[:: self.num_codebooks, self.eoc_token_id] = True  # codebook 0 of every sequence
+        banned[:: self.num_codebooks, self.eoc_token_id] = torch.as_tensor(step < least)[:: self.num_codebooks] if (
+            isinstance(step, torch.Tensor)) else True  # codebook 0 of every sequence (still before its least row)
         return scores.masked_fill(banned, -float("inf"))
 
 

@@ -149,12 +149,15 @@ class HiggsAudioV3SeededSampler(LogitsProcessor):
             self.first_step = step - step % self.block_steps
             steps = torch.arange(self.first_step, self.first_step + self.block_steps, device=self.row_seeds.device)
             self.uniforms = counter_uniform(self.row_seeds, steps[:, None], self.codebook, self.num_codebooks)
-        probs = torch.softmax(scores.float(), dim=-1)  # [B*C, V]
-        cdf = probs.cumsum(dim=-1)  # [B*C, V]
-        uniform = self.uniforms[step - self.first_step]  # [B*C]
-        target = (uniform[:, None] * cdf[:, -1:]).contiguous()  # [B*C, 1], strictly below the total mass
-        drawn = torch.searchsorted(cdf, target, right=True).clamp_(max=scores.shape[-1] - 1)  # first cdf > target
+        drawn = self.draw(scores, self.uniforms[step - self.first_step])  # [B*C, 1]
         return torch.full_like(scores, -float("inf")).scatter_(1, drawn, 0.0)
+
+    @staticmethod
+    def draw(scores: torch.FloatTensor, uniform: torch.Tensor) -> torch.LongTensor:
+        """The inverse-CDF draw of each row `[B*C, V]` with its uniform `[B*C]` (`counter_uniform`): `[B*C, 1]`."""
+        cdf = torch.softmax(scores.float(), dim=-1).cumsum(dim=-1)  # [B*C, V]
+        target = (uniform[:, None] * cdf[:, -1:]).contiguous()  # [B*C, 1], strictly below the total mass
+        return torch.searchsorted(cdf, target, right=True).clamp_(max=scores.shape[-1] - 1)  # first cdf > target
 
 
 __all__ = [

@@ -34,10 +34,12 @@ fails with status 1, then its figures:
   quantized and nothing else, weights memory, the prompt's audio logits against the bf16 model (max difference / max
   |logit|, reported), the eager batch-1 step, and an end-to-end run that must give audio.
 
-- `serve` (issue 24): the built model behind `higgs-v3 serve`'s app (uvicorn in this process, the tiny tokenizer's
-  processor), `bench_serve.measure`: throughput at concurrency 1, 4 and 16 over one request at a time (audio checked
-  byte for byte), time to the first streamed audio byte over the whole response (`--serve-requests` requests of
-  `--serve-seconds` s). Not measured yet: no GPU was lent when it was written.
+- `serve` (issues 24, 31): the built model behind `higgs-v3 serve`'s app (uvicorn in this process, the tiny
+  tokenizer's processor; its worker decodes on the step-level decode session, `serving/session.py`),
+  `bench_serve.measure`: throughput at concurrency 1, 4 and 16 over one request at a time (audio checked byte for
+  byte), time to the first streamed audio byte over the whole response (`--serve-requests` requests of
+  `--serve-seconds` s), 16 requests of 2-8 s at once over one at a time, and a streamed request's first byte while
+  15 others are spoken over its first byte alone. Not measured yet: no GPU was lent when it was written.
 
 Both save the built model once into a temporary folder (8.3 GB for the full size) and load it back.
 

@@ -23,9 +23,10 @@ Each item is spoken as `synthesize_long(text, seed=seed, reference=...)` would s
 depends only on the manifest, `--seed` and the chunking (`--max-chars`), so a rerun gets the same. The draw is keyed
 by seed, so an item's audio does not depend on the process it ran on or the number of processes; the batch it shared
 changes its logits only by float rounding (docs/RELIABILITY.md, "Batch invariance"), which can flip a code of a long
-item at another `--batch-size`; with `--batch-invariant` (`generate(batch_invariant=True)`) it changes nothing.
-Items are grouped `--batch-size` at a time into `generate` calls (the longform synthesis core), and each finished item
-is written at once, atomically
+item at another `--batch-size`; with `--batch-invariant` (`generate(batch_invariant=True)`'s numerics) it changes
+nothing. The chunks of the items are decoded `--batch-size` at a time on a decode session (`serving/session.py`,
+step-level batching: a chunk joins as another ends, so items of unequal lengths keep the batch full), and each finished
+item is written at once, atomically
 (`audio_io_higgs_v3.atomic_output`: a temporary file, flushed to disk, then `os.replace`): its audio, then its record (`.higgs_v3_batch/<output>.json`: duration, finished
 flag, seed, chunks, each chunk's kept seed and number of takes, and the run's recipe; bad takes are redone as
 `synthesize_long` redoes them, `--retries` times at most). An item is complete when both are there and the record
@@ -357,6 +358,101 @@ def _speak_group(model, processor, group: list[BatchItem], voices: dict, *, batc
     return [(item, waveform, chunks) for item, (_, waveform), chunks in zip(group, waveforms, by_item)]
 
 
+class _SessionSpeaker:
+    """Items spoken on one decode session of `batch_size` requests (`serving/session.py`): a chunk joins at the next
+    step and leaves when it ends, so a manifest of unequal lengths keeps the batch full. Each chunk is a request with
+    its item's voice (a voiceless item's first chunk is spoken first; its take is the voice of the rest, as
+    `synthesize_long`'s) and seed `item.seed + k`; a bad take is redone as `synthesize_long` redoes it (`judge_take`,
+    then a new request with `retry_seed(seed, k)`, `_better_take`). Each waveform is decoded alone as its take ends,
+    on this thread: when a chunk is admitted depends on the codes alone, never on a thread's timing, so a rerun
+    decodes the same batches (and without `batch_invariant` gets the same float rounding)."""
+
+    def __init__(self, model, processor, voices: dict, failed: list | None, *, batch_size: int, max_chars: int,
+                 max_seconds, generate_kwargs: dict):
+        from ..longform_higgs_v3 import DEFAULT_PAUSE_SECONDS, _Synthesizer
+        from ..serving.session import DecodeSession
+
+        takes = {name: generate_kwargs[name] for name in TAKE_OPTIONS if name in generate_kwargs}
+        options = {name: value for name, value in generate_kwargs.items() if name not in TAKE_OPTIONS}
+        self.batch_invariant = bool(options.pop("batch_invariant", False))
+        self.rules = _Synthesizer(model, processor, pause_seconds=DEFAULT_PAUSE_SECONDS, batch_size=batch_size,
+                                  seed=0, max_seconds=max_seconds, progress=False, generate_kwargs=options, **takes)
+        self.model, self.processor, self.voices, self.failed = model, processor, voices, failed
+        self.max_chars = max_chars
+        self.session = DecodeSession(model, batch_size, self.batch_invariant)
+        self.ready: list = []  # (item, k, job, attempt, kept) waiting for a row
+        self.chunks: dict[str, dict[int, object]] = {}  # item output -> its kept chunks so far
+        self.jobs: dict[str, list] = {}  # item output -> its chunks' jobs
+        self.done: list = []  # (item, waveform, chunks), in the order items completed
+
+    def speak(self, items: list[BatchItem]):
+        """Yields `(item, waveform, chunks)` as each item's last chunk is kept."""
+        pending, failure = list(items), None
+        while pending or self.ready or not self.session.idle:
+            while pending and len(self.ready) < self.session.free:
+                try:
+                    self._start(pending.pop(0))
+                except Exception as error:  # noqa: BLE001 - a voice that cannot be made stops the run at its line,
+                    failure, pending = error, []  # once the items started before it are written
+            while self.ready and self.session.free:
+                self._add(*self.ready.pop(0))
+            self.session.step()
+            done, self.done = self.done, []
+            yield from done
+        if failure is not None:
+            raise failure
+
+    def _start(self, item: BatchItem) -> None:
+        from ..longform_higgs_v3 import speech_jobs
+
+        if not _voices(self.model, self.processor, [item], self.voices, self.failed):
+            return  # its voice could not be made (--keep-going: reported)
+        self.jobs[item.output] = jobs = speech_jobs(self.processor, item.text, self.max_chars)
+        self.chunks[item.output] = {}
+        first = jobs if self.voices[item.output] is not None else jobs[:1]  # voiceless: the rest after its voice
+        self.ready += [(item, k, job, 0, None) for k, job in enumerate(first)]
+
+    def _add(self, item: BatchItem, k: int, job, attempt: int, kept) -> None:
+        from ..sampling_higgs_v3 import retry_seed
+        from ..serving.session import DecodeRequest
+
+        seed = item.seed + k if attempt == 0 else retry_seed(item.seed + k, attempt)
+        inputs = self.processor([job.text], reference=[self.voices[item.output]])
+        self.session.add(DecodeRequest(inputs, seed=seed, options=self.rules.generate_kwargs,
+                                       context=(item, k, job, attempt, kept), on_end=self._ended))
+
+    def _ended(self, request) -> None:
+        if request.error is not None:
+            raise request.error  # no request of a checked manifest fails alone: the run stops, as generate's would
+        self._finish(request)
+
+    def _finish(self, request) -> None:
+        """The take's waveform decoded alone, judged; kept, or its redo first in line."""
+        from ..longform_higgs_v3 import ChunkResult, _better_take, _join, _voice_from_chunk, judge_take
+
+        (item, k, job, attempt, kept), output, rules = request.context, request.output, self.rules
+        spec = self.model.config.audio_spec
+        frames = int(output.audio_code_lengths[0])
+        waveform = self.model.codec.decode_frames(output.audio_codes, output.audio_code_lengths,
+                                                  alone=self.batch_invariant)[0]
+        take = judge_take(ChunkResult(job.text, output.audio_codes[0, :frames].cpu(), waveform.float().cpu(),
+                                      bool(output.finished[0]), request.seed, spec.frame_rate, item.output, None),
+                          rules.seconds_per_char, rules.verify, rules.max_wer, spec.sampling_rate)
+        take = take if kept is None else _better_take(kept, take)
+        if take.problem is not None and attempt < rules.retries:
+            self.ready.insert(0, (item, k, job, attempt + 1, take))  # redone first
+            return
+        chunks = self.chunks[item.output]
+        chunks[k] = take
+        jobs = self.jobs[item.output]
+        if k == 0 and self.voices[item.output] is None and len(jobs) > 1:
+            self.voices[item.output] = _voice_from_chunk(take, spec)
+            self.ready += [(item, j, job, 0, None) for j, job in enumerate(jobs) if j > 0]
+        if len(chunks) == len(jobs):
+            ordered = [chunks[j] for j in range(len(jobs))]
+            self.done.append((item, _join(ordered, rules.pause_seconds, spec.sampling_rate), ordered))
+
+
 def run_batch(
     model,
     processor,
@@ -370,6 +466,7 @@ def run_batch(
     progress: bool = True,
     keep_going: bool = False,
     normalize: str | None = None,
+    scheduling: str = "session",
     **generate_kwargs,
 ) -> BatchSummary:
     """Speak every pending item of `items` into `out_dir` (see the module docstring), this process's share of them when
@@ -378,7 +475,10 @@ def run_batch(
     voices of this process's items are checked before any generation; with `keep_going`, an item whose voice cannot be
     made (a damaged voice or clip, a dead URL) is skipped and reported (`summary.failed`) instead of stopping the run.
     With `normalize="en"` the texts' numbers are spelled out first (`normalize_text`: the records hold the spoken
-    text). Returns the summary (complete on the main process: the written lists of every process)."""
+    text). `scheduling`: "session" (step-level batching: `batch_size` chunks decoded at once, a chunk joining as
+    another ends) or "static" (the former: `generate` calls of `batch_size` chunks, each running until its longest
+    chunk ends; kept for comparison, `benchmarks/bench_serve.py`). Returns the summary (complete on the main process:
+    the written lists of every process)."""
     from dataclasses import replace
 
     from ..chunking_higgs_v3 import DEFAULT_MAX_CHARS, normalize_text
@@ -387,6 +487,8 @@ def run_batch(
     out_dir = Path(out_dir)
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}.")
+    if scheduling not in ("session", "static"):
+        raise ValueError(f"scheduling must be 'session' or 'static', got {scheduling!r}.")
     max_chars = max_chars or DEFAULT_MAX_CHARS
     items = [replace(item, text=normalize_text(item.text, normalize)) for item in items]
     items = _checked_items(processor, items, max_chars)
@@ -404,15 +506,13 @@ def run_batch(
     mine.sort(key=lambda item: item.line)
     bar = _progress_bar(len(mine), rank, world) if progress else None
     try:
-        for start in range(0, len(mine), batch_size):
-            group = _voices(model, processor, mine[start:start + batch_size], voices, failed)
-            spoken = _speak_group(model, processor, group, voices, batch_size=batch_size, max_chars=max_chars,
-                                  max_seconds=max_seconds, generate_kwargs=generate_kwargs) if group else []
-            for item, waveform, chunks in spoken:
-                seconds += _write_item(out_dir, item, waveform, chunks, model.config.sampling_rate, rank, recipe)
-                written.append(item.output)
+        for item, waveform, chunks in _spoken(model, processor, mine, voices, failed, scheduling, batch_size=batch_size,
+                                              max_chars=max_chars, max_seconds=max_seconds,
+                                              generate_kwargs=generate_kwargs):
+            seconds += _write_item(out_dir, item, waveform, chunks, model.config.sampling_rate, rank, recipe)
+            written.append(item.output)
             if bar is not None:
-                bar.update(len(mine[start:start + batch_size]))
+                bar.update(1)
     finally:
         if bar is not None:
             bar.close()
@@ -423,6 +523,16 @@ def run_batch(
         summary.unfinished = _write_results(out_dir, items, recipe)
     summary.wall_seconds = time.perf_counter() - began
     return summary
+
+
+def _spoken(model, processor, items: list[BatchItem], voices: dict, failed, scheduling: str, **options):
+    """`(item, waveform, chunks)` of every item whose voice can be made, as each completes (see `run_batch`)."""
+    if scheduling == "session":
+        yield from _SessionSpeaker(model, processor, voices, failed, **options).speak(items)
+        return
+    for start in range(0, len(items), options["batch_size"]):
+        group = _voices(model, processor, items[start:start + options["batch_size"]], voices, failed)
+        yield from _speak_group(model, processor, group, voices, **options) if group else []
 
 
 def _checked_items(processor, items: list[BatchItem], max_chars: int) -> list[BatchItem]:

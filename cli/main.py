@@ -199,7 +199,7 @@ def _add_batch_parser(commands) -> None:
     batch.add_argument("--device", default="auto", help="auto, cpu, cuda, mps (under a launcher: each process's own)")
     batch.add_argument("--dtype", default="auto", choices=["auto", *DTYPES])
     batch.add_argument("--batch-size", type=_positive("--batch-size", int), default=8,
-                       help="chunks per generate call (default 8)")
+                       help="chunks decoded at once; one joins as another ends (default 8)")
     batch.add_argument("--max-seconds", type=_positive("--max-seconds"), default=None, help="audio limit per chunk")
     batch.add_argument("--seed", type=_number("--seed", int), default=0,
                        help="base seed of the items without one (their index added, then moved past the seeds other "
@@ -244,7 +244,7 @@ def _add_eval_parser(commands) -> None:
 
 def _add_serve_parser(commands) -> None:
     serve = commands.add_parser(
-        "serve", help="serve OpenAI's speech API (POST /v1/audio/speech) over HTTP, with dynamic batching",
+        "serve", help="serve OpenAI's speech API (POST /v1/audio/speech) over HTTP, with step-level batching",
         description="Serve the model over HTTP: OpenAI's speech API (/v1/audio/speech, streaming included), saved "
         "voices, and a WebSocket that speaks text as it arrives. Needs the serve extra: pip install 'higgs-v3[serve]'.")
     serve.add_argument("--model", default=os.environ.get("HIGGS_V3_MODEL", DEFAULT_MODEL),
@@ -259,9 +259,13 @@ def _add_serve_parser(commands) -> None:
     serve.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
     serve.add_argument("--dtype", default="auto", choices=["auto", *DTYPES])
     serve.add_argument("--max-batch-size", type=_positive("--max-batch-size", int), default=8,
-                       help="most chunks in one generate call (default 8)")
+                       help="most chunks decoded at once; a new one joins at the next step (default 8)")
     serve.add_argument("--batch-wait-ms", type=_number("--batch-wait-ms", float, "0 or more", lambda x: x >= 0),
-                       default=10.0, help="how long a batch waits for more requests (default 10 ms)")
+                       default=10.0, help="how long an idle worker waits for more requests to prefill with the first "
+                       "(default 10 ms)")
+    serve.add_argument("--batch-invariant", action="store_true",
+                       help="a chunk's codes do not depend on the chunks decoded beside it: the same seed gives the "
+                       "same audio alone or under any load (slower; docs/SERVING.md)")
     serve.add_argument("--max-queue", type=_positive("--max-queue", int), default=64,
                        help="chunks waiting at most; beyond it requests get 503 with Retry-After (default 64)")
     serve.add_argument("--max-input-chars", type=_positive("--max-input-chars", int), default=4096,

@@ -4,7 +4,7 @@ r"""The ASGI app of `higgs-v3 serve`: OpenAI's speech API (`POST /v1/audio/speec
 ```
 POST /v1/audio/speech         model, input, voice, response_format, speed, instructions, stream_format + Higgs extras
                               (seed, temperature, top_p, top_k, max_seconds, retries, reference_audio,
-                              reference_text)
+                              reference_text, initial_codec_chunk_frames)
 WS   /v1/audio/speech/stream  text frames in (an LLM's deltas; an empty frame ends the text), binary 16-bit PCM
                               frames out, sentence by sentence; a final JSON text frame with the summary
 GET  /v1/models, /v1/models/{id}, /health, /v1/audio/voices
@@ -20,8 +20,10 @@ their own (`SpeechService.fetch`: a few at once, then 503), never on the threads
 
 A request is checked whole before any work (each refusal an OpenAI error object naming the field), split into chunks
 as `synthesize_long` splits it (`split_text`), and its chunks are queued for the worker (`serving/worker.py`), which
-batches them with other requests' chunks. Chunk `k` uses seed `seed + k`; without a voice, chunk 0 is spoken first and
-becomes the voice of the rest; chunks are joined with `DEFAULT_PAUSE_SECONDS` of silence. So a response equals
+decodes them beside other requests' chunks on its decode session (step-level batching: a chunk joins at the next
+step). A streamed chunk's first piece is `initial_codec_chunk_frames` frames (default `FIRST_CHUNK_FRAMES`). Chunk
+`k` uses seed `seed + k`; without a voice, chunk 0 is spoken first and becomes the voice of the rest; chunks are
+joined with `DEFAULT_PAUSE_SECONDS` of silence. So a response equals
 `processor.synthesize_long(model, input, seed=seed, batch_size=1, retries=retries)` (one chunk: `model.generate` with
 that seed): a bad take of a whole response is redone as the library redoes it (`retries`, the library's default 2; the
 worker queues the redo again). A streamed response is one take: its audio is sent as it is generated.
@@ -82,8 +84,9 @@ class ServeSettings:
     model_name: str
     voices_dir: str | os.PathLike
     api_key: str | None = None
-    max_batch_size: int = 8
+    max_batch_size: int = 8  # requests decoded at once (the decode session's rows)
     batch_wait_ms: float = 10.0
+    batch_invariant: bool = False  # a chunk's codes independent of the others decoded beside it (docs/SERVING.md)
     max_queue: int = 64
     max_input_chars: int = 4096
     max_body_bytes: int = 16 * 1024 * 1024
@@ -135,6 +138,13 @@ class SpeechRequest(BaseModel):
     retries: StrictInt | None = None
     reference_audio: StrictStr | None = None
     reference_text: StrictStr | None = None
+    initial_codec_chunk_frames: StrictInt | None = None
+
+
+FIRST_CHUNK_FRAMES: int = 10
+"""A streamed chunk's first piece in codec frames (0.4 s), unless the request's `initial_codec_chunk_frames` says
+otherwise; later pieces are 25 frames. Chosen by measurement (docs/SERVING.md, "The first piece")."""
+MAX_FIRST_CHUNK_FRAMES: int = 250
 
 
 @dataclass
@@ -149,6 +159,7 @@ class Plan:
     response_format: str
     stream_format: str | None
     retries: int = 0
+    first_chunk_frames: int = FIRST_CHUNK_FRAMES
 
 
 # ================================================================================================= checks
@@ -175,6 +186,17 @@ def _sampling_options(body: SpeechRequest, spec, default_max_seconds: float | No
         except ValueError as error:
             raise APIError(400, str(error), "max_seconds") from None
     return tuple(sorted(options.items()))
+
+
+def _first_chunk_frames(body: SpeechRequest) -> int:
+    """`initial_codec_chunk_frames` checked (a 400 naming it), or the default."""
+    frames = body.initial_codec_chunk_frames
+    if frames is None:
+        return FIRST_CHUNK_FRAMES
+    if not 1 <= frames <= MAX_FIRST_CHUNK_FRAMES:
+        raise APIError(400, f"initial_codec_chunk_frames must be a number of codec frames from 1 to "
+                       f"{MAX_FIRST_CHUNK_FRAMES} (25 frames are 1 s), got {frames!r}.", "initial_codec_chunk_frames")
+    return frames
 
 
 def _instructions(body: SpeechRequest, processor) -> str:
@@ -222,7 +244,7 @@ def check_speech(body: SpeechRequest, settings: ServeSettings, processor, spec, 
         raise APIError(400, str(error), "seed") from None
     options = _sampling_options(body, spec, settings.max_seconds)
     return Plan(chunks, _voice_source(body, settings, voices, processor), seed, options, body.response_format,
-                body.stream_format, _retries(body, settings.retries))
+                body.stream_format, _retries(body, settings.retries), _first_chunk_frames(body))
 
 
 def _retries(body: SpeechRequest, default: int) -> int:
@@ -305,7 +327,8 @@ class SpeechService:
     def start(self) -> None:
         s = self.settings
         self.worker = SpeechWorker(self.model, self.processor, max_batch_size=s.max_batch_size,
-                                   batch_wait_ms=s.batch_wait_ms, max_queue=s.max_queue)
+                                   batch_wait_ms=s.batch_wait_ms, max_queue=s.max_queue,
+                                   batch_invariant=s.batch_invariant)
         self.fetches = ThreadPoolExecutor(s.url_fetch_workers, thread_name_prefix="higgs-v3-url")
 
     def stop(self) -> None:
@@ -395,7 +418,8 @@ class SpeechService:
                reserved: bool = False) -> Chunk:
         text = plan.chunks[index] if text is None else text
         chunk = Chunk(text, voice, plan.seed + index, plan.options, stream, asyncio.get_running_loop(),
-                      retries=0 if stream else plan.retries, reserved=reserved)
+                      retries=0 if stream else plan.retries, reserved=reserved,
+                      first_chunk_frames=plan.first_chunk_frames)
         try:
             self.worker.submit(chunk)
         except QueueFull:
@@ -598,8 +622,8 @@ def _add_routes(router: APIRouter, service: SpeechService) -> None:
     @router.get("/health")
     async def health():
         worker = service.worker
-        return {"status": "ok", "model": settings.model_name, "queued": worker.queued, "batches": worker.batches,
-                "largest_batch": worker.largest_batch}
+        return {"status": "ok", "model": settings.model_name, "queued": worker.queued, "active": worker.active,
+                "batches": worker.batches, "largest_batch": worker.largest_batch}
 
     @router.get("/v1/models")
     async def models():
@@ -817,7 +841,8 @@ def _websocket_route(service: SpeechService):
     async def speech_stream(websocket: WebSocket):
         """Text frames in (pieces of text; an empty frame ends it), binary 16-bit PCM frames out as each sentence is
         spoken, then a JSON text frame: `{"type": "speech.done", ...}` (or `{"type": "error", "error": {...}}`). The
-        options are query parameters: voice, seed, temperature, top_p, top_k, max_seconds."""
+        options are query parameters: voice, seed, temperature, top_p, top_k, max_seconds, instructions,
+        initial_codec_chunk_frames."""
         await websocket.accept()  # the key was checked (`_KeyCheck`)
         try:
             await _speak_stream(service, websocket)
@@ -860,7 +885,7 @@ def _stream_request(service: SpeechService, websocket: WebSocket) -> Plan:
 
 
 STREAM_OPTIONS = {"voice": str, "seed": int, "temperature": float, "top_p": float, "top_k": int, "max_seconds": float,
-                  "instructions": str}
+                  "instructions": str, "initial_codec_chunk_frames": int}
 """The WebSocket's query parameters (a speech request's options; its text comes as frames, its format is pcm)."""
 
 
@@ -900,7 +925,7 @@ async def _speak_stream(service: SpeechService, websocket: WebSocket) -> None:
     sentences: asyncio.Queue = asyncio.Queue()
     tags = plan.chunks[0][: -len("x")]  # the instructions' tags, in front of every chunk
     reader = asyncio.create_task(_sentences(service, websocket, sentences))
-    rate, index, seconds, unfinished = service.spec.sampling_rate, 0, 0.0, 0
+    rate, index, seconds, unfinished, chunk = service.spec.sampling_rate, 0, 0.0, 0, None
     try:
         while (sentence := await sentences.get()) is not None:
             if isinstance(sentence, Exception):
@@ -924,6 +949,8 @@ async def _speak_stream(service: SpeechService, websocket: WebSocket) -> None:
                 index += 1
     finally:
         reader.cancel()
+        if chunk is not None:
+            chunk.cancelled.set()  # a no-op once spoken; a client that left: it leaves the session at the next step
     summary = {"type": "speech.done", "chunks": index, "seed": plan.seed, "audio_seconds": round(seconds, 3),
                "sampling_rate": rate, "unfinished_chunks": unfinished}
     await websocket.send_text(json.dumps(summary))

@@ -1,32 +1,40 @@
 # Copyright 2026 the higgs-v3 authors. Licensed under the Apache License, Version 2.0.
-r"""The one model worker of `higgs-v3 serve`: a thread that owns the model and speaks the chunks every request submits,
-gathering concurrent ones into one `generate` call (dynamic batching).
+r"""The one model worker of `higgs-v3 serve`: a thread that owns the model and speaks the chunks every request submits
+on a decode session (`serving/session.py`: step-level batching).
 
 ```
-request handlers (event loop) ──submit(chunk)──> bounded queue ──> worker thread:
-    wait for a chunk; gather more for up to batch_wait_ms, up to max_batch_size, with the same generation options
-    processor(texts, reference=voices) -> model.generate(seed=[each chunk's], streamer=...) -> one waveform per chunk
-    a whole chunk's bad take (`judge_take`) with retries left -> held, first in the next batch, seed retry_seed(seed, k)
-<── audio pieces while rows are decoded (streamed chunks: the model's audio streamer), then the chunk's result
+request handlers (event loop) ──submit(chunk)──> bounded queue ──> worker thread, every step:
+    take what arrived (calls run at once, between steps); admit held chunks while the session has room
+    (`max_batch_size` active requests): processor(text, reference=voice) -> session.add(seed=the take's seed)
+    session.step(): every active chunk one row further; a chunk that ended leaves at once
+codec thread: streamed rows -> audio pieces (one audio streamer per chunk, a small first piece); an ended take's
+    waveform decoded alone and judged; a bad take (`judge_take`) with retries left -> held first by the worker,
+    re-admitted with seed retry_seed(seed, k)
+<── audio pieces while rows are drawn, then the chunk's result
 ```
 
-Bad takes are redone as `synthesize_long` redoes them (`longform_higgs_v3`: `judge_take`, `retry_seed`, `_better_take`):
-a chunk with `retries` whose take ran to the limit or lasts out of `DEFAULT_SECONDS_PER_CHAR` is queued again (ahead of
-the queue, so its redo batches with the work that came meanwhile) with seed `retry_seed(seed, attempt)`, until a good
+The codec never runs inside a decode step: a step's cost is the model's alone, and the codec's work on the rows of
+one step overlaps the next steps.
+
+A chunk joins the running decode at the next step: its first audio never waits for other people's speech, and a row
+that ended never waits for the longest one. Bad takes are redone as `synthesize_long` redoes them (`longform_higgs_v3`:
+`judge_take`, `retry_seed`, `_better_take`): a chunk with `retries` whose take ran to the limit or lasts out of
+`DEFAULT_SECONDS_PER_CHAR` is held again (first), a new request with seed `retry_seed(seed, attempt)`, until a good
 take or `retries` redos; the kept take is the library's. A streamed chunk is one take (its audio is already sent).
 
-A seeded sequence gets the same codes alone or in any batch, and each waveform is decoded alone
-(`model.decode_audio` of its own rows: a batched convolution may sum in another order), so a chunk's audio does not
-depend on what else is in flight.
+A seeded chunk draws the same codes alone or beside any others (the session's seeded sampler); with `batch_invariant`
+its numbers do too, so its codes are bit-identical to `model.generate(seed=..., batch_invariant=True)` alone
+(docs/SERVING.md). Each waveform is decoded alone (`model.decode_audio` of its own rows).
 
 The queue's bound (`max_queue`) counts places: a chunk takes one at `submit` (or a request reserves all of its chunks'
 at once, `reserve`), and owns it until the chunk ends, whichever way: its result delivered (a redo keeps it), its error
-delivered, dropped because its client left (`cancelled`, seen when a batch is formed or when its take is judged: a
-departed client's take is never redone), or cut at shutdown. `_end` is the one place a place is freed, once per chunk,
-before the chunk's end is delivered: a client that has its answer finds its place free. A full queue refuses a chunk
-(`QueueFull`: the server answers 503); `wait_idle` waits until every place is back. `stop()` lets the queued chunks
-finish first; `stop(deadline)` cuts, after `deadline` seconds, what is still queued and the `generate` in flight (at its
-next step), and says how many chunks it cut.
+delivered, dropped because its client left (`cancelled`: seen before it is admitted, and at every step while it is
+decoded, where it leaves the session at the next step; a departed client's take is never redone), or cut at shutdown.
+`_end` is the one place a place is freed, once per chunk, before the chunk's end is delivered: a client that has its
+answer finds its place free. A full queue refuses a chunk (`QueueFull`: the server answers 503); `wait_idle` waits
+until every place is back. `stop()` lets the queued chunks finish first; `stop(deadline)` cuts, after `deadline`
+seconds, what is still queued and what the session is decoding (it leaves at the next step), and says how many chunks
+it cut.
 """
 
 from __future__ import annotations
@@ -41,12 +49,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import torch
-from transformers import StoppingCriteria
-
-from ..compat_higgs_v3 import CACHE_KWARG
 from ..longform_higgs_v3 import DEFAULT_SECONDS_PER_CHAR, ChunkResult, _better_take, judge_take
 from ..sampling_higgs_v3 import retry_seed
 from ..streaming_higgs_v3 import HiggsAudioV3AudioStreamer
+from .session import Cancelled, DecodeRequest, DecodeSession
 
 
 QueueFull = queue.Full
@@ -58,10 +64,10 @@ class ShutdownCut(RuntimeError):
 
 @dataclass
 class Chunk:
-    """One text to speak: its voice (None: the model's own), seed, generation options (`generate` keyword arguments,
-    the same for a whole batch), whether its audio is streamed, how many times a bad take is redone (`retries`; a
-    streamed chunk has none), and where its results go (`pieces`, an asyncio queue: `("audio", samples)` while
-    streamed, then `("done", ChunkOutput)` or `("error", exception)`)."""
+    """One text to speak: its voice (None: the model's own), seed, generation options (`generate` keyword arguments),
+    whether its audio is streamed (its first piece `first_chunk_frames` frames), how many times a bad take is redone
+    (`retries`; a streamed chunk has none), and where its results go (`pieces`, an asyncio queue: `("audio",
+    samples)` while streamed, then `("done", ChunkOutput)` or `("error", exception)`)."""
 
     text: str
     voice: object
@@ -76,6 +82,8 @@ class Chunk:
     cancelled: threading.Event = field(default_factory=threading.Event)
     output: asyncio.Future | None = None  # the `ChunkOutput` (or the error), also when nobody reads `pieces`
     reserved: bool = False  # it holds a place in the queue's bound (`SpeechWorker.reserve`), until it ends (`_end`)
+    first_chunk_frames: int = 10  # a streamed chunk's first piece (`HiggsAudioV3AudioStreamer`); later pieces 25
+    request: DecodeRequest | None = None  # its take being decoded (`SpeechWorker._admit`)
 
     def __post_init__(self):
         self.output = self.loop.create_future()
@@ -103,7 +111,7 @@ class Chunk:
 @dataclass
 class ChunkOutput(ChunkResult):
     """A spoken chunk, as the library's `ChunkResult` (codes, waveform, whether the model ended it, the kept take's
-    seed, `problem` and every take in `attempts`), with the size of the batch its kept take was generated in."""
+    seed, `problem` and every take in `attempts`), with the most requests its kept take shared a step with."""
 
     batch_size: int = 1
 
@@ -116,23 +124,32 @@ class _Call:
 
 
 _STOP = object()
+_WAKE = object()  # put by the codec thread when a take is finished (a redo may be due)
 
 
 class SpeechWorker:
-    """The thread that owns `model` and `processor`; `submit` chunks, `call` functions, `stop` to drain and end."""
+    """The thread that owns `model` and `processor`; `submit` chunks, `call` functions, `stop` to drain and end. The
+    chunks are decoded on `session` (default: a `DecodeSession` of `max_batch_size` requests, `batch_invariant`)."""
 
     def __init__(self, model, processor, *, max_batch_size: int = 8, batch_wait_ms: float = 10.0,
-                 max_queue: int = 64):
+                 max_queue: int = 64, batch_invariant: bool = False, session=None):
         self.model, self.processor = model, processor
-        self.max_batch_size, self.batch_wait = max_batch_size, batch_wait_ms / 1000
+        self.session = session if session is not None else DecodeSession(model, max_batch_size, batch_invariant)
+        self.max_batch_size, self.batch_wait = self.session.max_batch_size, batch_wait_ms / 1000
         self._queue: queue.Queue = queue.Queue()
-        self._held: deque = deque()  # chunks taken from the queue that did not fit the last batch, and redos
+        self._held: deque = deque()  # chunks taken from the queue that the session has no room for yet, and redos
+        self._decoding: list[Chunk] = []  # chunks in the session
         self.capacity, self._free = max_queue, max_queue  # places: a chunk owns one from `submit` to `_end`
         self._lock = threading.Lock()
         self._places_back = threading.Condition(self._lock)  # notified when a place is freed (`wait_idle`)
         self._abort = threading.Event()  # set by `stop`'s deadline: cut what is left
-        self.batches, self.largest_batch = 0, 0  # how many batches were generated, and the largest
+        self.batches, self.largest_batch = 0, 0  # takes admitted to the session, and the most decoded at one step
         self.cut = 0  # chunks cut by `stop`'s deadline
+        self._codec_jobs: queue.Queue = queue.Queue()  # the codec thread's work, in order: stream pieces, takes
+        self._redos: deque = deque()  # chunks the codec thread judged bad, for a redo (first in line)
+        self._finishing = 0  # takes ended in the session and not yet finished by the codec thread
+        self._codec_thread = threading.Thread(target=self._decode, name="higgs-v3-codec", daemon=True)
+        self._codec_thread.start()
         self._thread = threading.Thread(target=self._serve, name="higgs-v3-worker", daemon=True)
         self._thread.start()
 
@@ -160,7 +177,7 @@ class SpeechWorker:
         self._queue.put_nowait(chunk)
 
     async def call(self, function):
-        """Run `function()` on the worker thread, between batches; its result (or its exception)."""
+        """Run `function()` on the worker thread, between steps; its result (or its exception)."""
         call = _Call(function)
         self._queue.put_nowait(call)
         return await asyncio.wrap_future(call.future)
@@ -178,7 +195,7 @@ class SpeechWorker:
 
     def stop(self, deadline: float | None = None) -> int:
         """Let every queued chunk finish, then end the thread. With `deadline` (seconds), what is still queued, held or
-        being generated then is cut: the `generate` in flight stops at its next step and each chunk left gets a
+        being decoded then is cut: the session's rows leave at its next step and each chunk left gets a
         `ShutdownCut` error. Returns how many chunks were cut."""
         self._queue.put(_STOP)
         self._thread.join(deadline)
@@ -191,54 +208,81 @@ class SpeechWorker:
     def queued(self) -> int:
         return self._queue.qsize() + len(self._held)
 
+    @property
+    def active(self) -> int:
+        """Chunks being decoded now (in the session)."""
+        return len(self._decoding)
+
     # ------------------------------------------------------------------ the worker thread
     def _serve(self) -> None:
-        while True:
-            first = self._held.popleft() if self._held else self._queue.get()
-            if first is _STOP:
-                if not self._held:
-                    return
-                self._held.append(_STOP)  # redos were held behind the stop (a full batch did not reach it): them first
-                continue
-            if isinstance(first, _Call):
-                self._run_call(first)
-                continue
-            gathered, stop = self._gather(first)
-            batch = []
-            for chunk in gathered:
-                if self._abort.is_set():
-                    self._cut(chunk)
-                elif chunk.cancelled.is_set():
-                    self._end(chunk)  # its client left: dropped
-                else:
-                    batch.append(chunk)
-            if batch:
-                self._speak(batch)
-            if stop:
-                self._held.append(_STOP)
+        try:
+            self._steps()
+        finally:
+            self._codec_jobs.put(None)  # after every job queued: the codec thread ends once they are done
+            self._codec_thread.join()
 
-    def _gather(self, first: Chunk) -> tuple[list[Chunk], bool]:
-        """`first` and the chunks with its options that arrive within `batch_wait` (held ones first), at most
-        `max_batch_size`; the others are held for the next batch. Calls run at once."""
-        batch, kept = [first], deque()
-        while self._held and len(batch) < self.max_batch_size:
-            chunk = self._held.popleft()
-            (batch if chunk is not _STOP and chunk.options == first.options else kept).append(chunk)
-        deadline = time.monotonic() + self.batch_wait
-        stop = _STOP in kept
-        while len(batch) < self.max_batch_size and not stop:
+    def _steps(self) -> None:
+        stopping = False
+        while True:
+            while self._redos:
+                self._held.appendleft(self._redos.pop())
+            idle = self.session.idle and not self._held
+            if idle and stopping and not self._finishing:
+                return
+            stopping |= self._take(block=idle)
+            if idle and self.batch_wait:  # an idle worker: what comes soon is prefilled with the first
+                stopping |= self._take(block=False, wait=self.batch_wait)
+            if self._abort.is_set():
+                for chunk in self._held:
+                    self._cut(chunk)
+                self._held.clear()
+            self._admit()
+            for chunk in self._decoding:
+                if chunk.cancelled.is_set() or self._abort.is_set():
+                    self.session.cancel(chunk.request)  # it leaves at the start of this step
+            self.session.step()
+            self.largest_batch = max(self.largest_batch, self.session.largest_batch)
+
+    def _take(self, block: bool, wait: float = 0.0) -> bool:
+        """Move what arrived into `_held` (calls run at once): with `block`, wait for the first item; with `wait`, for
+        more during `wait` seconds. True when the stop came."""
+        stopping, deadline = False, time.monotonic() + wait
+        while True:
             try:
-                item = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+                item = self._queue.get() if block else self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
-                break
+                return stopping
+            block = False
+            if item is _WAKE:
+                continue
             if item is _STOP:
-                stop = True
+                stopping = True
             elif isinstance(item, _Call):
                 self._run_call(item)
             else:
-                (batch if item.options == first.options else kept).append(item)
-        self._held = deque([item for item in kept if item is not _STOP]) + self._held
-        return batch, stop
+                self._held.append(item)
+
+    def _admit(self) -> None:
+        """Held chunks into the session while it has room (a cancelled one is dropped, a bad one fails alone)."""
+        while self._held and self.session.free:
+            chunk = self._held.popleft()
+            if chunk.cancelled.is_set():
+                self._end(chunk)  # its client left: dropped
+                continue
+            try:
+                inputs = self.processor([chunk.text], reference=[chunk.voice])
+                streamer = _ChunkStreamer(self.model, chunk) if chunk.stream else None
+                chunk.request = DecodeRequest(
+                    inputs, seed=chunk.take_seed, options=dict(chunk.options), context=(chunk, streamer),
+                    on_row=None if streamer is None else (lambda row, put=streamer.put, gone=chunk.cancelled.is_set:
+                                                          self._codec_jobs.put(lambda: gone() or put(row[None]))),
+                    on_end=self._ended)
+                self.session.add(chunk.request)
+            except Exception as error:  # noqa: BLE001 - this chunk alone: its text, voice or options
+                self._end(chunk, ("error", error))
+                continue
+            self._decoding.append(chunk)
+            self.batches += 1
 
     def _run_call(self, call: _Call) -> None:
         try:
@@ -259,80 +303,75 @@ class SpeechWorker:
         self.cut += 1
         self._end(chunk, ("error", ShutdownCut("The server shut down before this chunk was spoken.")))
 
-    def _speak(self, batch: list[Chunk]) -> None:
-        """One `generate` call for the batch, then each chunk's take judged. A batch that raises is spoken again chunk
-        by chunk, so a bad chunk fails alone."""
-        try:
-            takes = self._generate(batch)
-        except Exception as error:  # noqa: BLE001 - alone, the chunk gets it; in a batch, each is retried alone
-            if len(batch) == 1:
-                self._end(batch[0], ("error", error))
-            else:
-                for chunk in batch:
-                    self._speak([chunk])
+    def _ended(self, request: DecodeRequest) -> None:
+        """The session's end of a take (on the worker thread): dropped (cancelled: its client left, or cut at
+        shutdown), or handed to the codec thread (`_finish`), behind its stream's pieces."""
+        chunk, _ = request.context
+        self._decoding.remove(chunk)
+        if isinstance(request.error, Cancelled):
+            self._cut(chunk) if self._abort.is_set() else self._end(chunk)
             return
-        for chunk, take in zip(batch, takes):
-            try:
-                self._cut(chunk) if self._abort.is_set() else self._judge(chunk, take)
-            except Exception as error:  # noqa: BLE001 - a fault judging one take ends that chunk alone
-                self._end(chunk, ("error", error))
+        with self._lock:
+            self._finishing += 1
+        self._codec_jobs.put(lambda: self._finish(request))
 
-    def _generate(self, batch: list[Chunk]) -> list[ChunkOutput]:
-        """The batch's takes: one `generate` call, each waveform decoded alone."""
-        spec = self.model.config.audio_spec
-        inputs = self.processor([chunk.text for chunk in batch], reference=[chunk.voice for chunk in batch])
-        streamer = _RoutingStreamer(self.model, batch) if any(chunk.stream for chunk in batch) else None
-        with torch.inference_mode():
-            output = self.model.generate(**inputs.to(self.model.device), seed=[chunk.take_seed for chunk in batch],
-                                         return_dict_in_generate=True, output_audio=False, streamer=streamer,
-                                         stopping_criteria=[_Abort(self._abort)], **dict(batch[0].options))
-            output[CACHE_KWARG] = None  # the KV cache is not needed to decode the audio: freed first
-            frames, finished = output.audio_code_lengths.tolist(), output.finished.tolist()
-            self.batches, self.largest_batch = self.batches + 1, max(self.largest_batch, len(batch))
-            takes = []
-            for i, chunk in enumerate(batch):
-                waveform = self.model.decode_audio(output.sequences[i : i + 1], output.lengths[i : i + 1])[0]
-                takes.append(ChunkOutput(chunk.text, output.audio_codes[i, : frames[i]].cpu(), waveform.float().cpu(),
-                                         bool(finished[i]), chunk.take_seed, spec.frame_rate, batch_size=len(batch)))
-        return takes
+    def _decode(self) -> None:
+        """The codec thread: streamed pieces and finished takes are decoded here, never inside a decode step."""
+        while (job := self._codec_jobs.get()) is not None:
+            job()
+
+    def _finish(self, request: DecodeRequest) -> None:
+        """A take's end on the codec thread: its error, or its last pieces, its waveform decoded alone and judged (kept,
+        or held for a redo: the worker is woken)."""
+        chunk, streamer = request.context
+        try:
+            if request.error is not None:
+                self._end(chunk, ("error", request.error))
+            else:
+                if streamer is not None:
+                    streamer.end()  # the last pieces before the result
+                self._judge(chunk, self._take_of(chunk, request))
+        except Exception as error:  # noqa: BLE001 - a fault judging one take ends that chunk alone
+            self._end(chunk, ("error", error))
+        finally:
+            with self._lock:
+                self._finishing -= 1
+            self._queue.put(_WAKE)
+
+    def _take_of(self, chunk: Chunk, request: DecodeRequest) -> ChunkOutput:
+        """The take's codes and its waveform, decoded alone."""
+        output = request.output
+        waveform = self.model.decode_audio(output.sequences, output.lengths)[0]
+        frames = int(output.audio_code_lengths[0])
+        return ChunkOutput(chunk.text, output.audio_codes[0, :frames].cpu(), waveform.float().cpu(),
+                           bool(output.finished[0]), chunk.take_seed, self.model.config.audio_spec.frame_rate,
+                           batch_size=request.largest_batch)
 
     def _judge(self, chunk: Chunk, take: ChunkOutput) -> None:
         """End the chunk with its kept take (`_better_take` of the takes so far), or hold it, with its place, for a
-        redo: its take is bad, it has retries left and its client is still there."""
+        redo (first in line): its take is bad, it has retries left and its client is still there."""
         take = judge_take(take, DEFAULT_SECONDS_PER_CHAR)
         take = take if chunk.kept is None else _better_take(chunk.kept, take)
         if take.problem is not None and chunk.attempt < chunk.retries and not chunk.cancelled.is_set():
             chunk.kept, chunk.attempt = take, chunk.attempt + 1
-            self._held.append(chunk)
+            self._redos.append(chunk)  # the worker holds it first at its next step
         else:
             chunk.kept = None
             self._end(chunk, ("done", take))
 
 
-class _Abort(StoppingCriteria):
-    """Ends every row of the `generate` in flight once `event` is set (the shutdown deadline): one flag, no host read."""
+class _ChunkStreamer(HiggsAudioV3AudioStreamer):
+    """The model's audio streamer for one streamed chunk (batch 1): its first piece `chunk.first_chunk_frames`
+    frames, each decoded piece handed to the chunk."""
 
-    def __init__(self, event: threading.Event):
-        self.event = event
-
-    def __call__(self, input_ids: torch.LongTensor, scores=None, **kwargs) -> torch.BoolTensor:
-        return torch.full((input_ids.shape[0],), self.event.is_set(), dtype=torch.bool, device=input_ids.device)
-
-
-class _RoutingStreamer(HiggsAudioV3AudioStreamer):
-    """The model's audio streamer, each decoded piece handed to its chunk (the rows of the chunks that stream)."""
-
-    def __init__(self, model, batch: list[Chunk]):
-        super().__init__(model)
-        self.batch = batch
+    def __init__(self, model, chunk: Chunk):
+        super().__init__(model, first_chunk_frames=chunk.first_chunk_frames)
+        self.chunk = chunk
 
     def _decode_chunk(self, start: int, end: int, available: list[int]):
-        available = [edge if chunk.stream else 0 for edge, chunk in zip(available, self.batch)]  # streamed rows only
-        pieces = super()._decode_chunk(start, end, available)
-        samples = self.spec.samples_per_frame
-        for b, chunk in enumerate(self.batch):
-            if chunk.stream and available[b] > start:
-                chunk.deliver(("audio", pieces[b, : (min(end, available[b]) - start) * samples].clone()))
+        piece = super()._decode_chunk(start, end, available)
+        if available[0] > start:
+            self.chunk.deliver(("audio", piece[0, : (min(end, available[0]) - start) * self.spec.samples_per_frame]))
         return None  # nobody iterates this streamer
 
 

@@ -72,7 +72,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "cli.convert": {"conversion.export", "conversion.original_format", "conversion.repo", "convert_checkpoint"},
     "cli.batch": {
         "audio_io_higgs_v3", "chunking_higgs_v3", "cli.models", "delay_higgs_v3", "evaluation.scoring",
-        "generation_higgs_v3", "longform_higgs_v3", "sampling_higgs_v3",
+        "generation_higgs_v3", "longform_higgs_v3", "sampling_higgs_v3", "serving.session",
     },
     "cli.main": {
         "audio_io_higgs_v3", "chunking_higgs_v3", "cli.batch", "cli.convert", "cli.models", "conversion.original_format",
@@ -95,7 +95,11 @@ MAY_IMPORT: dict[str, set[str]] = {
     "serving.page": set(),
     "serving.server": {"cli.models", "serving.app"},
     "serving.voices": {"audio_io_higgs_v3"},
-    "serving.worker": {"compat_higgs_v3", "longform_higgs_v3", "sampling_higgs_v3", "streaming_higgs_v3"},
+    "serving.worker": {
+        "compat_higgs_v3", "longform_higgs_v3", "sampling_higgs_v3", "serving.session", "streaming_higgs_v3",
+    },
+    # Step-level batching, shared by the server's worker and `higgs-v3 batch`.
+    "serving.session": {"compat_higgs_v3", "delay_higgs_v3", "generation_higgs_v3", "sampling_higgs_v3"},
     # Fine-tuning.
     "training.finetune": {
         "audio_io_higgs_v3", "cli.models", "conversion.folders", "conversion.repo", "generation_higgs_v3",
@@ -259,6 +263,10 @@ HUB_FEATURE_LINES = {
     "the control-tag rule in the chunker (`higgs-v3 tags` reads tokenizer.json without torch)": 12,
     "the model's own retries default (`default_retries`: the demo model redoes no take in Python either)": 13,
     "synthesize_stream bounded by max_chars; the runaway warning once; an empty prompt with its mask": 6,
+    # issue 31 (measured with `git diff --numstat` over the remote modules): the per-step pieces take each row's own
+    # step (`at_step` of the delay window and the min_new_tokens ban, the sampler's `draw`, `speech_end_row` of one row
+    # per sequence at its own row), for the decode session (serving/session.py)
+    "issue 31: per-row steps for a decode session": 15,
 }
 HUB_MAX_LINES, HUB_MAX_RAISES = 4000 + sum(HUB_FEATURE_LINES.values()), 80
 CLASS_MAX_LINES = {("modeling_higgs_v3", "HiggsAudioV3ForConditionalGeneration"): 400,

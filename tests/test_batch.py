@@ -188,7 +188,7 @@ def test_default_seeds_avoid_every_other_chunks_seed_and_are_stable(tmp_path, to
         100, 102, 3, 103, 5, 105, 106]
     # run_batch speaks the items with the resolved seeds.
     spoken = []
-    monkeypatch.setattr(batch_cli, "_speak_group", lambda model, processor, group, voices, **kwargs: spoken.extend(
+    monkeypatch.setattr(batch_cli, "_spoken", lambda model, processor, group, voices, *args, **kwargs: spoken.extend(
         (i.output, i.seed) for i in group) or [])
     monkeypatch.setattr(batch_cli, "batch_recipe", lambda *args: {})  # it reads the model
     run_batch(_Unreachable(), processor, items, tmp_path / "out", max_chars=20, progress=False)
@@ -284,6 +284,30 @@ def test_batch_invariant_files_are_byte_identical_at_batch_sizes_1_and_8(tmp_pat
     names = sorted(p.name for p in (tmp_path / "1").glob("*.wav"))
     assert names == ["ch01.wav", "item0.wav", "item1.wav"]
     assert [(tmp_path / "1" / n).read_bytes() == (tmp_path / "8" / n).read_bytes() for n in names] == [True] * 3
+
+
+@pytest.mark.integration
+def test_the_decode_session_writes_the_files_static_batching_writes_with_batch_invariant(tmp_path, tokenizer):
+    """`run_batch`'s decode session (chunks join as others end) against the former static batches (`generate` calls of
+    `batch_size`), with `batch_invariant`: the same files and records, byte for byte, on a manifest of unequal lengths
+    with a voiceless item of three chunks (its first chunk's take the voice of the rest) and bad takes redone."""
+    from conftest import tiny_tts_model
+
+    model = tiny_tts_model(60)
+    processor = HiggsAudioV3Processor.from_model_config(tokenizer, model.config)
+    manifest = _manifest(tmp_path, [
+        {"text": "One long item. It has three chunks of text. Each one spoken in turn.", "output": "long", "seed": 3},
+        *({"text": text, "output": f"item{i}", "seed": 10 + i} for i, text in enumerate(TEXTS[:5]))])
+    for scheduling in ("static", "session"):
+        run_batch(model, processor, read_manifest(manifest), tmp_path / scheduling, batch_size=3, max_chars=30,
+                  max_seconds=2.0, progress=False, scheduling=scheduling, batch_invariant=True, retries=1,
+                  seconds_per_char=(0.001, 0.05))
+    names = sorted(p.name for p in (tmp_path / "static").glob("*.wav"))
+    assert len(names) == 6
+    assert all((tmp_path / "static" / n).read_bytes() == (tmp_path / "session" / n).read_bytes() for n in names)
+    records = [_records(tmp_path / scheduling) for scheduling in ("static", "session")]
+    assert records[0] == records[1] and records[0]["long.wav"]["chunks"] == 3
+    assert any(attempts == 2 for record in records[0].values() for attempts in record["chunk_attempts"])
 
 
 @pytest.mark.integration

@@ -83,6 +83,10 @@ def speech(**fields) -> dict:
     (speech(top_p=1.5), 400, "top_p", "top_p must be in (0, 1], got 1.5."),
     (speech(top_k=0), 400, "top_k", "top_k must be at least 1, got 0."),
     (speech(max_seconds=-2), 400, "max_seconds", "max_seconds must be a positive number of seconds, got -2."),
+    (speech(initial_codec_chunk_frames=0), 400, "initial_codec_chunk_frames",
+     "initial_codec_chunk_frames must be a number of codec frames from 1 to 250 (25 frames are 1 s), got 0."),
+    (speech(initial_codec_chunk_frames=2.5), 400, "initial_codec_chunk_frames",
+     "'initial_codec_chunk_frames': Input should be a valid integer"),
     (speech(reference_text="Hi."), 400, "reference_text", "reference_text was given without reference_audio"),
     (speech(reference_audio="https://example.com/a.wav"), 400, "reference_audio",
      "reference_audio is a URL, which this server does not fetch (start it with --allow-url-references)"),
@@ -290,17 +294,18 @@ def test_a_failure_after_an_sse_stream_started_is_an_error_event(served, monkeyp
 
 def test_a_bad_take_is_redone_with_the_next_seed_as_the_library_redoes_it(served, monkeypatch):
     from higgs_v3.longform_higgs_v3 import synthesize_long
-    from test_takes import run_away_for
+    from test_takes import run_away_for, run_away_in_session
 
     client, model, processor = served
-    calls = run_away_for(model, monkeypatch, runaway={100})  # seed 100 runs to the limit; every other seed ends
+    served_calls = run_away_in_session(monkeypatch, runaway={100})  # seed 100 runs to the limit; every other ends
+    calls = run_away_for(model, monkeypatch, runaway={100})  # the same rule for the library's generate
     text, redo = "Alpha beta gamma delta.", retry_seed(100, 1)
     for retries, seeds in [(None, [[100], [redo]]), (0, [[100]])]:
-        calls.clear()
+        served_calls.clear()
         extra = {} if retries is None else {"retries": retries}
         response = client.post("/v1/audio/speech", headers=KEY,
                                json=speech(input=text, response_format="pcm", seed=100, max_seconds=1.0, **extra))
-        assert response.status_code == 200 and calls == seeds
+        assert response.status_code == 200 and served_calls == seeds
         calls.clear()
         expected = synthesize_long(model, processor, text, seed=100, max_seconds=1.0, **extra)
         assert calls == seeds and [a["seed"] for a in expected.chunks[0].attempts] == [s for (s,) in seeds]
@@ -310,11 +315,12 @@ def test_a_bad_take_is_redone_with_the_next_seed_as_the_library_redoes_it(served
     assert expected.chunks[0].problem == "ran to the length limit without its end of speech"  # retries=0: kept
 
 
-def test_a_redo_is_held_first_and_batches_with_the_work_queued_meanwhile(served, monkeypatch):
+def test_a_redo_is_held_first_and_a_chunk_joins_the_running_decode_at_the_next_step(served, monkeypatch):
     import asyncio
 
+    from higgs_v3.serving.session import DecodeSession
     from higgs_v3.serving.worker import Chunk
-    from test_takes import run_away_for
+    from test_takes import run_away_in_session
 
     client, model, _ = served
     worker = client.app.state.service.worker
@@ -326,24 +332,25 @@ def test_a_redo_is_held_first_and_batches_with_the_work_queued_meanwhile(served,
         loop = asyncio.get_running_loop()
         bad, good, late = (Chunk(text, None, seed, options, False, loop, retries=2)
                            for text, seed in [("Alpha beta.", 7), ("Gamma delta.", 8), ("Epsilon zeta.", 9)])
-        calls = run_away_for(model, monkeypatch, runaway={7}, frames=6)
-        patched = model.generate
+        calls = run_away_in_session(monkeypatch, runaway={7}, frames=6)
+        step, steps = DecodeSession.step, []
 
-        def generate(**kwargs):  # `late` arrives while the first batch is generated
-            if len(calls) == 0:
+        def stepped(self):  # `late` arrives while the first two are decoded: it joins them at the next step
+            if not steps:
                 worker.submit(late)
-            return patched(**kwargs)
+            step(self)
+            steps.append(len(self._rows))
 
-        monkeypatch.setattr(model, "generate", generate)
-        count = worker.batches
+        monkeypatch.setattr(DecodeSession, "step", stepped)
         worker.submit(bad), worker.submit(good)
         outputs = [await asyncio.wait_for(chunk.output, 30) for chunk in (bad, good, late)]
-        return outputs, calls, worker.batches - count
+        return outputs, calls, steps
 
-    (bad, good, late), calls, batches = asyncio.run(run())
-    assert calls == [[7, 8], [retry_seed(7, 1), 9]] and batches == 2  # two batches of two (the seeds per call)
+    (bad, good, late), calls, steps = asyncio.run(run())
+    assert calls == [[7], [8], [9], [retry_seed(7, 1)]] and steps[:2] == [2, 3]  # late decoded from the second step
     assert [a["seed"] for a in bad.attempts] == [7, retry_seed(7, 1)] and bad.seed == retry_seed(7, 1)
-    assert bad.problem is None and bad.finished and bad.batch_size == 2 and good.attempts[0]["seed"] == 8
+    assert bad.problem is None and bad.finished and good.attempts[0]["seed"] == 8
+    assert good.batch_size == 3 and late.batch_size == 3  # decoded beside each other
 
 
 @pytest.mark.parametrize("fields, message", [
@@ -452,28 +459,36 @@ def test_two_uploads_of_one_name_at_once_are_201_then_409(served, monkeypatch):
     assert sorted(statuses) == [201, 409]
 
 
-def test_the_routing_streamer_decodes_only_the_streamed_rows(served, monkeypatch):
+def test_a_streamed_chunks_pieces_start_small_and_make_its_take(served):
+    """A streamed chunk beside a whole one: its first piece is its `first_chunk_frames` (the request's
+    `initial_codec_chunk_frames`), later ones 25 frames, and its pieces joined are its take's waveform."""
     import asyncio
 
     from higgs_v3.serving.worker import Chunk
-    from higgs_v3.streaming_higgs_v3 import HiggsAudioV3AudioStreamer
 
-    client, _, _ = served
-    worker, seen = client.app.state.service.worker, []
-    decode = HiggsAudioV3AudioStreamer._decode_chunk
-    monkeypatch.setattr(HiggsAudioV3AudioStreamer, "_decode_chunk",
-                        lambda self, start, end, available: (seen.append(list(available)),
-                                                             decode(self, start, end, available))[1])
+    client, model, _ = served
+    worker = client.app.state.service.worker
+    samples = model.config.audio_spec.samples_per_frame
 
     async def run():
         loop = asyncio.get_running_loop()
-        chunks = [Chunk("Streamed.", None, 1, (), True, loop), Chunk("Whole.", None, 2, (), False, loop)]
+        long = (("max_new_tokens", 48), ("min_new_tokens", 40))  # at least 33 frames: pieces of 3, 25, the rest
+        chunks = [Chunk("Streamed.", None, 1, long, True, loop, first_chunk_frames=3),
+                  Chunk("Whole.", None, 2, (), False, loop)]
         for chunk in chunks:
-            worker._queue.put_nowait(chunk)
-        return [await asyncio.wait_for(chunk.output, 30) for chunk in chunks]
+            worker.submit(chunk)
+        outputs = [await asyncio.wait_for(chunk.output, 30) for chunk in chunks]
+        pieces = []
+        while not chunks[0].pieces.empty():
+            kind, value = chunks[0].pieces.get_nowait()
+            if kind == "audio":
+                pieces.append(value)
+        return outputs, pieces, chunks[1].pieces.qsize()
 
-    outputs = asyncio.run(run())
-    assert outputs[0].batch_size == 2 and seen and all(edges[1] == 0 and edges[0] > 0 for edges in seen), seen
+    (streamed, _), pieces, whole_items = asyncio.run(run())
+    assert whole_items == 1  # the whole chunk's result alone, no audio piece
+    assert [piece.numel() for piece in pieces[:2]] == [3 * samples, 25 * samples]
+    assert torch.allclose(torch.cat(pieces), streamed.waveform, atol=1e-5)
 
 
 def test_unfinished_chunks_are_told_in_a_header_the_sse_done_event_and_the_websocket_summary(served):
@@ -525,15 +540,15 @@ def test_shutdown_cuts_what_the_worker_still_holds_and_says_so(served, caplog):
     import logging
 
     from higgs_v3.serving.app import SpeechService
-    from higgs_v3.serving.worker import Chunk, SpeechWorker
-    from test_worker import FakeModel, fake_processor
+    from higgs_v3.serving.worker import Chunk
+    from test_worker import FakeModel, fake_worker
 
     client, _, _ = served
     service = SpeechService(client.app.state.service.model, client.app.state.service.processor,
                             client.app.state.service.settings)
     fake = FakeModel()
     fake.block = True
-    service.worker = SpeechWorker(fake, fake_processor, max_queue=2)
+    service.worker = fake_worker(fake, max_queue=2)
 
     async def run():
         chunks = [Chunk("ok", None, seed, (), False, asyncio.get_running_loop()) for seed in (1, 2)]
@@ -633,7 +648,8 @@ def test_voice_upload_refusals_name_the_field_and_what_is_accepted(served):
     with client.websocket_connect("/v1/audio/speech/stream?speed=1", headers=KEY) as websocket:
         found = json.loads(websocket.receive_text())["error"]
     assert (found["param"], found["message"]) == ("speed", "Unknown query parameter 'speed'; the stream takes voice, "
-                                                  "seed, temperature, top_p, top_k, max_seconds, instructions.")
+                                                  "seed, temperature, top_p, top_k, max_seconds, instructions, "
+                                                  "initial_codec_chunk_frames.")
     assert client.get("/v1/models/tiny", headers=KEY).json() == {"id": "tiny", "object": "model", "created": 0,
                                                                  "owned_by": "higgs-v3"}
     found = error(client.get("/v1/models/tts-1", headers=KEY), 404)
@@ -698,3 +714,32 @@ def test_url_references_are_fetched_on_their_own_bounded_threads(served, monkeyp
     found = error(answers["first"], 400)
     assert found["param"] == "reference_audio" and url in found["message"] and "uploaded clip" not in found["message"]
     assert threads == ["higgs-v3-url_0"]
+
+
+def test_a_streamed_chunk_joins_a_long_one_being_spoken_and_ends_first(served):
+    """Issue 31's point: a chunk that arrives while a long one is being decoded joins it at the next step, so its audio
+    (first piece and all) comes long before the long one ends; without step-level batching it waited for it."""
+    import asyncio
+
+    from higgs_v3.serving.worker import Chunk
+
+    client, _, _ = served
+    worker = client.app.state.service.worker
+
+    async def run():
+        loop = asyncio.get_running_loop()
+        long = Chunk("A long one.", None, 1, (("max_new_tokens", 120), ("min_new_tokens", 110)), False, loop)
+        short = Chunk("Short.", None, 2, (("max_new_tokens", 30), ("min_new_tokens", 25)), True, loop,
+                      first_chunk_frames=5)
+        worker.submit(long)
+        while worker.active < 1:  # the long one is in the session
+            await asyncio.sleep(0)
+        worker.submit(short)
+        first = await asyncio.wait_for(short.pieces.get(), 30)
+        output = await asyncio.wait_for(short.output, 30)
+        long_done_then = long.output.done()
+        await asyncio.wait_for(long.output, 60)
+        return first, output, long_done_then
+
+    first, output, long_done_then = asyncio.run(run())
+    assert first[0] == "audio" and output.batch_size == 2 and not long_done_then

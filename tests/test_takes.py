@@ -65,6 +65,32 @@ def run_away_for(model, monkeypatch, runaway: set[int], frames: int = 12) -> lis
     return calls
 
 
+def run_away_in_session(monkeypatch, runaway: set[int], frames: int = 12) -> list[list[int]]:
+    """`run_away_for` for the decode session (`serving/session.py`, the server's): each row gets `EndUnlessSeed`'s rule
+    for its seed, at its own step, first of the step's pieces (where `generate` runs a user's logits processor).
+    Returns the seeds admitted, one list per request."""
+    from higgs_v3.serving.session import DecodeSession
+
+    calls, choose, add = [], DecodeSession._choose, DecodeSession.add
+
+    def admitted(self, request):
+        add(self, request)
+        calls.append([self._pending[-1].seed])
+
+    def chosen(self, scores):
+        for b, (row, step) in enumerate(zip(self._rows, self._state["step"].tolist())):
+            if step >= frames and row.seed not in runaway:
+                scores[b * C, :] = -float("inf")
+                scores[b * C, EOC] = 0.0
+            else:
+                scores[b * C, EOC] = -float("inf")
+        return choose(self, scores)
+
+    monkeypatch.setattr(DecodeSession, "add", admitted)
+    monkeypatch.setattr(DecodeSession, "_choose", chosen)
+    return calls
+
+
 def test_retry_seeds_are_a_pure_function_of_the_seed():
     assert [retry_seed(100, k) for k in (1, 2)] == [100 + 2**40, 100 + 2 * 2**40]
     assert retry_seed(SEED_LIMIT - 1, 1) == 2**40 - 1  # wrapped into [0, 2**62)
