@@ -646,7 +646,11 @@ def test_ctrl_c_raised_inside_a_finalizer_is_delivered_again():
         def __del__(self):
             raise self.error
 
+    import signal
+
     passed_on = []
+    # Ctrl-C as in the command's own process (a test worker may have another SIGINT handler, e.g. xdist's)
+    previous_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     previous, sys.unraisablehook = sys.unraisablehook, _keep_interrupts(passed_on.append)
     try:
         Finalized(ValueError("not an interrupt"))  # finalized at once
@@ -657,3 +661,4 @@ def test_ctrl_c_raised_inside_a_finalizer_is_delivered_again():
         assert len(passed_on) == 1
     finally:
         sys.unraisablehook = previous
+        signal.signal(signal.SIGINT, previous_handler)
