@@ -1238,8 +1238,11 @@ def test_sigint_mid_generation_keeps_the_old_output(tmp_path):
     text = " ".join(f"Sentence number {i} is here." for i in range(400))
     args = [str(Path(sys.executable).with_name("higgs-v3")), "speak", text, "--model", "tiny-random", "-o",
             "speech.wav", "--batch-size", "1", "--max-chars", "20", "--seed", "0"]
+    # Ctrl-C as a terminal delivers it: a test worker may run with SIGINT ignored (pytest-xdist's, in CI), which a
+    # child inherits and Python then keeps (no KeyboardInterrupt at all); restored to the default before the exec.
     process = subprocess.Popen(args, cwd=tmp_path, env=_environment(tmp_path), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+                               stderr=subprocess.PIPE, text=True,
+                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     seen: list[str] = []
 
     def speaking() -> bool:
