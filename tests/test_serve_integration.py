@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -154,21 +155,21 @@ def test_openai_client_every_format_whole_and_streamed(server, local):
     assert events[-1]["type"] == "speech.audio.done" and events[-1]["usage"]["output_tokens"] == len(expected)
 
 
+def _all_at_once(http: httpx.Client, bodies: list[dict]) -> list[bytes]:
+    """The speech of every body, all requests sent at once (one thread each), in the order of `bodies`."""
+    with ThreadPoolExecutor(max_workers=len(bodies)) as pool:
+        return list(pool.map(lambda body: http.post("/v1/audio/speech", json=body).content, bodies))
+
+
 def test_concurrent_requests_are_batched_and_byte_identical_to_sequential(server):
     bodies = [{"model": "tiny", "input": f"Request number {i} says hello.", "response_format": "wav", "seed": 100 + i}
               for i in range(6)]
     with httpx.Client(base_url=server.url, headers=HEADERS, timeout=120) as http:
         before = http.get("/health").json()
         sequential = [http.post("/v1/audio/speech", json=body).content for body in bodies]
-        concurrent: dict[int, bytes] = {}
-        threads = [threading.Thread(target=lambda i=i: concurrent.__setitem__(
-            i, http.post("/v1/audio/speech", json=bodies[i]).content)) for i in range(len(bodies))]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        concurrent = _all_at_once(http, bodies)
         after = http.get("/health").json()
-    assert [concurrent[i] for i in range(len(bodies))] == sequential
+    assert concurrent == sequential
     assert before["largest_batch"] <= 1 and after["largest_batch"] > 1  # the concurrent ones shared decode steps
 
 
@@ -181,19 +182,13 @@ def test_batch_invariant_server_16_concurrent_requests_are_byte_identical_to_seq
                    "seed": 300 + i, "max_seconds": 1.0 + (i % 4), "retries": 0} for i in range(16)]
         with httpx.Client(base_url=server.url, headers=HEADERS, timeout=300) as http:
             sequential = [http.post("/v1/audio/speech", json=body).content for body in bodies]
-            concurrent: dict[int, bytes] = {}
-            threads = [threading.Thread(target=lambda i=i: concurrent.__setitem__(
-                i, http.post("/v1/audio/speech", json=bodies[i]).content)) for i in range(len(bodies))]
-            for thread in threads:
-                thread.start()
-            for thread in threads:
-                thread.join()
+            concurrent = _all_at_once(http, bodies)
             health = http.get("/health").json()
     finally:
         server.kill()
     lengths = {len(content) for content in sequential}
     assert len(lengths) > 2, lengths  # unequal lengths: rows left the session at different steps
-    assert [concurrent[i] for i in range(len(bodies))] == sequential
+    assert concurrent == sequential
     assert health["largest_batch"] > 8
 
 
