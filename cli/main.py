@@ -266,6 +266,11 @@ def _add_serve_parser(commands) -> None:
     serve.add_argument("--batch-invariant", action="store_true",
                        help="a chunk's codes do not depend on the chunks decoded beside it: the same seed gives the "
                        "same audio alone or under any load (slower; docs/SERVING.md)")
+    serve.add_argument("--max-prefill-tokens", type=_positive("--max-prefill-tokens", int),
+                       default=2048,
+                       help="prompt tokens prefilled at one step at most, padding included (more requests wait for "
+                       "the next steps; one longer prompt is prefilled alone), so the chunks being spoken never stall "
+                       "for many prompts at once (default 2048)")
     serve.add_argument("--max-queue", type=_positive("--max-queue", int), default=64,
                        help="chunks waiting at most; beyond it requests get 503 with Retry-After (default 64)")
     serve.add_argument("--max-input-chars", type=_positive("--max-input-chars", int), default=4096,

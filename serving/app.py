@@ -87,6 +87,7 @@ class ServeSettings:
     max_batch_size: int = 8  # requests decoded at once (the decode session's rows)
     batch_wait_ms: float = 10.0
     batch_invariant: bool = False  # a chunk's codes independent of the others decoded beside it (docs/SERVING.md)
+    max_prefill_tokens: int | None = 2048  # prompt tokens prefilled at one step, padding included (the first always)
     max_queue: int = 64
     max_input_chars: int = 4096
     max_body_bytes: int = 16 * 1024 * 1024
@@ -328,7 +329,7 @@ class SpeechService:
         s = self.settings
         self.worker = SpeechWorker(self.model, self.processor, max_batch_size=s.max_batch_size,
                                    batch_wait_ms=s.batch_wait_ms, max_queue=s.max_queue,
-                                   batch_invariant=s.batch_invariant)
+                                   batch_invariant=s.batch_invariant, max_prefill_tokens=s.max_prefill_tokens)
         self.fetches = ThreadPoolExecutor(s.url_fetch_workers, thread_name_prefix="higgs-v3-url")
 
     def stop(self) -> None:

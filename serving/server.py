@@ -50,7 +50,7 @@ def cmd_serve(args) -> int:
         extra_model_names=tuple(args.served_model_name or [])[1:],
         voices_dir=args.voices_dir or cache_dir() / "voices",
         api_key=api_key, max_batch_size=args.max_batch_size, batch_wait_ms=args.batch_wait_ms,
-        batch_invariant=args.batch_invariant,
+        batch_invariant=args.batch_invariant, max_prefill_tokens=args.max_prefill_tokens,
         max_queue=args.max_queue, max_input_chars=args.max_input_chars, max_body_bytes=args.max_body_bytes,
         max_seconds=max_seconds, allow_url_references=args.allow_url_references, drain_seconds=args.drain_seconds,
     )

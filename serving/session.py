@@ -6,7 +6,8 @@ schedulers run Higgs Audio v3). `higgs-v3 serve`'s worker and `higgs-v3 batch` b
 ```
 add(request)     checked at once by generate's own validator (a bad request raises here, alone); prefilled at the
                  next step together with the other requests admitted then
-step()           admitted requests: one prefill forward (left padded), their cache rows joined to the running batch;
+step()           admitted requests (in order of arrival, as many as `max_prefill_tokens` allows, the first always):
+                 one prefill forward (left padded), their cache rows joined to the running batch;
                  running requests: one decode forward; then generate's own per-step pieces on all rows at once
                  (min_new_tokens ban, the warpers, the delay window's BOC, the seeded draw, the end of speech), each
                  row at its own step; one host read; requests that ended (or were cancelled) leave
@@ -91,10 +92,16 @@ class _Admitted:
 class DecodeSession:
     """Step-level batching over `model` (see the module docstring): `add`, `cancel`, `step`, `idle`, `free`."""
 
-    def __init__(self, model, max_batch_size: int = 8, batch_invariant: bool = False):
+    def __init__(self, model, max_batch_size: int = 8, batch_invariant: bool = False,
+                 max_prefill_tokens: int | None = None):
         if isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int) or max_batch_size < 1:
             raise ValueError(f"max_batch_size must be a positive number of requests, got {max_batch_size!r}.")
+        if max_prefill_tokens is not None and (isinstance(max_prefill_tokens, bool) or
+                                               not isinstance(max_prefill_tokens, int) or max_prefill_tokens < 1):
+            raise ValueError("max_prefill_tokens must be None (no bound) or a positive number of prompt tokens, got "
+                             f"{max_prefill_tokens!r}.")
         self.model, self.max_batch_size, self.batch_invariant = model, max_batch_size, batch_invariant
+        self.max_prefill_tokens = max_prefill_tokens
         config = model.config
         self.num_codebooks, self.spec = config.num_codebooks, config.audio_spec
         self._delay = HiggsAudioV3DelayPatternLogitsProcessor(self.num_codebooks, config.audio_boc_token_id, 0)
@@ -147,7 +154,7 @@ class DecodeSession:
         docstring). A prefill that raises is retried request by request, so a bad request fails alone."""
         self._leave([row.cancelled for row in self._rows], cancelled=True)
         self._pending = [row for row in self._pending if not (row.cancelled and self._end(row, Cancelled()))]
-        admitted, self._pending = self._pending, []
+        admitted, self._pending = self._admissible(self._pending)
         if not admitted and not self._rows:
             return
         invariance = invariant_numerics(self.model) if self.batch_invariant else contextlib.nullcontext()
@@ -168,6 +175,19 @@ class DecodeSession:
         self._record(host)
 
     # ------------------------------------------------------------------ admission
+    def _admissible(self, pending: list[_Admitted]) -> tuple[list[_Admitted], list[_Admitted]]:
+        """(the requests prefilled at this step, those left for later steps): in order of arrival, as many as fit in
+        `max_prefill_tokens` (the padded prefill, requests x longest prompt; the first one always), so a long prompt
+        stalls the running rows for one step of its own, not stacked with others."""
+        if self.max_prefill_tokens is None:
+            return pending, []
+        width = 0
+        for count, row in enumerate(pending):
+            width = max(width, row.input_ids.shape[0])
+            if count and (count + 1) * width > self.max_prefill_tokens:
+                return pending[:count], pending[count:]
+        return pending, []
+
     def _checked(self, request: DecodeRequest) -> _Admitted:
         model, inputs = self.model, dict(request.inputs)
         input_ids, mask = inputs.get("input_ids"), inputs.get("attention_mask")

@@ -129,12 +129,15 @@ _WAKE = object()  # put by the codec thread when a take is finished (a redo may 
 
 class SpeechWorker:
     """The thread that owns `model` and `processor`; `submit` chunks, `call` functions, `stop` to drain and end. The
-    chunks are decoded on `session` (default: a `DecodeSession` of `max_batch_size` requests, `batch_invariant`)."""
+    chunks are decoded on `session` (default: a `DecodeSession` of `max_batch_size` requests, `batch_invariant`,
+    `max_prefill_tokens`)."""
 
     def __init__(self, model, processor, *, max_batch_size: int = 8, batch_wait_ms: float = 10.0,
-                 max_queue: int = 64, batch_invariant: bool = False, session=None):
+                 max_queue: int = 64, batch_invariant: bool = False, max_prefill_tokens: int | None = None,
+                 session=None):
         self.model, self.processor = model, processor
-        self.session = session if session is not None else DecodeSession(model, max_batch_size, batch_invariant)
+        self.session = session if session is not None else DecodeSession(model, max_batch_size, batch_invariant,
+                                                                          max_prefill_tokens)
         self.max_batch_size, self.batch_wait = self.session.max_batch_size, batch_wait_ms / 1000
         self._queue: queue.Queue = queue.Queue()
         self._held: deque = deque()  # chunks taken from the queue that the session has no room for yet, and redos

@@ -743,3 +743,15 @@ def test_a_streamed_chunk_joins_a_long_one_being_spoken_and_ends_first(served):
 
     first, output, long_done_then = asyncio.run(run())
     assert first[0] == "audio" and output.batch_size == 2 and not long_done_then
+
+
+def test_the_command_lines_defaults_are_the_settings_defaults():
+    """`higgs-v3 serve`'s flags and `ServeSettings` (what `create_app` callers get) default alike, field by field."""
+    import dataclasses
+
+    from higgs_v3.cli.main import build_parser
+
+    args = vars(build_parser().parse_args(["serve"]))
+    shared = [f for f in dataclasses.fields(ServeSettings) if f.name in args and f.default is not dataclasses.MISSING]
+    assert {"max_batch_size", "max_prefill_tokens", "max_queue", "drain_seconds"} <= {f.name for f in shared}
+    assert {f.name: args[f.name] for f in shared} == {f.name: f.default for f in shared}

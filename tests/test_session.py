@@ -157,3 +157,36 @@ def test_a_decode_step_that_fails_ends_every_row_and_the_requests_waiting_for_th
     session.step()
     assert [str(request.error) for request in (running, waiting)] == ["out of memory"] * 2
     assert session.idle and session.cache_rows == 0 and session.free == 2
+
+
+def test_max_prefill_tokens_spreads_admissions_over_steps_and_keeps_the_rows(ending_model, monkeypatch):
+    """Four prompts of unequal lengths added at once, at most twice the longer of the first two prompts' tokens
+    (padding included) per step: the first two prefilled together, then the rest as the bound allows, in order of
+    arrival (a prompt longer than the bound alone); each request's rows unchanged."""
+    requests = [DecodeRequest({"input_ids": plain_prompt(tuple(range(100, 100 + words)))[None]}, seed=words,
+                              options={"do_sample": True, "max_new_tokens": 30}) for words in (3, 5, 2, 8)]
+    lengths = [request.inputs["input_ids"].shape[1] for request in requests]
+    prefilled = []
+    forward = DecodeSession._prefill_forward
+    monkeypatch.setattr(DecodeSession, "_prefill_forward", lambda self, admitted: (
+        prefilled.append([requests.index(row.request) for row in admitted]), forward(self, admitted))[1])
+    bound = 2 * max(lengths[:2])
+    expected, group, width = [], [], 0
+    for i, length in enumerate(lengths):  # the rule, spelled out: padded size of the group with the next one
+        if group and (len(group) + 1) * max(width, length) > bound:
+            expected.append(group)
+            group, width = [], 0
+        group, width = group + [i], max(width, length)
+    expected.append(group)
+    session = DecodeSession(ending_model, max_batch_size=4, batch_invariant=True, max_prefill_tokens=bound)
+    _run(session, {0: requests})
+    assert prefilled == expected and len(expected) >= 2 and expected[0] == [0, 1]
+    for request in requests:
+        assert torch.equal(request.output.sequences, _alone(ending_model, request))
+    lone = DecodeSession(ending_model, max_batch_size=2, max_prefill_tokens=1)  # longer than the bound: alone
+    prefilled.clear()
+    _run(lone, {0: requests[:2]})
+    assert prefilled == [[0], [1]]
+    with pytest.raises(ValueError, match="max_prefill_tokens must be None .* or a positive number of prompt tokens, "
+                                         "got 0"):
+        DecodeSession(ending_model, max_prefill_tokens=0)
