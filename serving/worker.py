@@ -48,7 +48,6 @@ from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-import torch
 from ..longform_higgs_v3 import DEFAULT_SECONDS_PER_CHAR, ChunkResult, _better_take, judge_take
 from ..sampling_higgs_v3 import retry_seed
 from ..streaming_higgs_v3 import HiggsAudioV3AudioStreamer

@@ -40,7 +40,7 @@ def dataset(processor) -> HiggsAudioV3SpeechDataset:
     return HiggsAudioV3SpeechDataset([{k: e[k][0] for k in keys} for e in examples], TEXTS)
 
 
-def training_arguments(output_dir, **overrides) -> TrainingArguments:
+def training_arguments(output_dir, **overrides):
     from transformers import TrainingArguments  # in the tests, not at the top: the unit layer collects this module
 
     options = dict(output_dir=str(output_dir), learning_rate=1e-2, lr_scheduler_type="constant", warmup_steps=0,

@@ -36,7 +36,6 @@ from transformers import BatchEncoding, BatchFeature
 
 from higgs_v3 import audio_io_higgs_v3
 from higgs_v3.processing_higgs_v3 import REAL_ENCODED_LENGTH_KWARGS, HiggsAudioV3Processor
-from higgs_v3.testing.tiny import tiny_codec_config
 
 
 C = 8

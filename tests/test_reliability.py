@@ -46,13 +46,11 @@ from higgs_v3.cli import main as cli_main
 from higgs_v3.conversion import cache as conversion_cache
 from higgs_v3.conversion import folders
 from higgs_v3.audio_io_higgs_v3 import (
-    MAX_REFERENCE_SECONDS,
     HiggsAudioV3Voice,
     prepare_reference_waveform,
     save_audio,
 )
-from higgs_v3.chunking_higgs_v3 import TAG_PATTERN, DialogueLine
-from higgs_v3.longform_higgs_v3 import SpeechJob, dialogue_jobs, max_new_tokens_for
+from higgs_v3.longform_higgs_v3 import dialogue_jobs, max_new_tokens_for
 from higgs_v3.conversion.original_format import ADDED_TOKENS
 from higgs_v3.processing_higgs_v3 import HiggsAudioV3Processor
 from higgs_v3.sampling_higgs_v3 import HiggsAudioV3SeededSampler

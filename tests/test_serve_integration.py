@@ -451,6 +451,7 @@ def test_sigterm_drains_and_a_killed_server_restarts_with_its_voices(server, tin
     again = Server(tiny_random_repo, voices_dir)
     try:
         assert httpx.get(f"{again.url}/v1/audio/voices", headers=HEADERS).json() == {"voices": ["default", "ann"]}
+        assert httpx.post(f"{again.url}/v1/audio/speech", headers=HEADERS, json=body, timeout=60).content == before
         streamed = {**body, "response_format": "pcm", "stream_format": "audio", "retries": 0}
         whole = httpx.post(f"{again.url}/v1/audio/speech", headers=HEADERS, json=streamed, timeout=60).content
         received, started = [], threading.Event()
