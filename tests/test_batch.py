@@ -239,12 +239,14 @@ def one_process(tmp_path_factory) -> tuple[Path, Path, str]:
 
 
 def _records(out_dir: Path) -> dict[str, dict]:
-    return {p.name.removesuffix(".json"): json.loads(p.read_text()) for p in (out_dir / RECORDS_DIR).iterdir()}
+    """The records written (not a record being written: `atomic_output`'s hidden temporary file, which a killed run
+    can also leave behind)."""
+    return {p.name.removesuffix(".json"): json.loads(p.read_text()) for p in (out_dir / RECORDS_DIR).glob("[!.]*")}
 
 
 def _stamps(out_dir: Path) -> dict[str, tuple[int, int]]:
     """(inode, mtime_ns) of every audio file and record: a file written again gets a new inode (os.replace)."""
-    files = list(out_dir.glob("*.wav")) + list((out_dir / RECORDS_DIR).iterdir())
+    files = list(out_dir.glob("[!.]*.wav")) + list((out_dir / RECORDS_DIR).glob("[!.]*"))
     return {str(p.relative_to(out_dir)): (p.stat().st_ino, p.stat().st_mtime_ns) for p in files}
 
 
