@@ -8,7 +8,7 @@ request handlers (event loop) ──submit(chunk)──> bounded queue ──> w
     (`max_batch_size` active requests): processor(text, reference=voice) -> session.add(seed=the take's seed)
     session.step(): every active chunk one row further; a chunk that ended leaves at once
 codec thread: streamed rows -> audio pieces (one audio streamer per chunk, a small first piece); an ended take's
-    waveform decoded alone and judged; a bad take (`judge_take`) with retries left -> held first by the worker,
+    waveform decoded alone (a streamed take's: its pieces joined, never decoded twice) and judged; a bad take (`judge_take`) with retries left -> held first by the worker,
     re-admitted with seed retry_seed(seed, k)
 <── audio pieces while rows are drawn, then the chunk's result
 ```
@@ -24,7 +24,8 @@ take or `retries` redos; the kept take is the library's. A streamed chunk is one
 
 A seeded chunk draws the same codes alone or beside any others (the session's seeded sampler); with `batch_invariant`
 its numbers do too, so its codes are bit-identical to `model.generate(seed=..., batch_invariant=True)` alone
-(docs/SERVING.md). Each waveform is decoded alone (`model.decode_audio` of its own rows).
+(docs/SERVING.md). Each waveform is decoded alone (`model.decode_audio` of its own rows; a streamed chunk's pieces are
+decoded from its own rows too).
 
 The queue's bound (`max_queue`) counts places: a chunk takes one at `submit` (or a request reserves all of its chunks'
 at once, `reserve`), and owns it until the chunk ends, whichever way: its result delivered (a redo keeps it), its error
@@ -47,6 +48,8 @@ import time
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+
+import torch
 
 from ..longform_higgs_v3 import DEFAULT_SECONDS_PER_CHAR, ChunkResult, _better_take, judge_take
 from ..sampling_higgs_v3 import retry_seed
@@ -332,7 +335,7 @@ class SpeechWorker:
             else:
                 if streamer is not None:
                     streamer.end()  # the last pieces before the result
-                self._judge(chunk, self._take_of(chunk, request))
+                self._judge(chunk, self._take_of(chunk, request, streamer))
         except Exception as error:  # noqa: BLE001 - a fault judging one take ends that chunk alone
             self._end(chunk, ("error", error))
         finally:
@@ -340,10 +343,14 @@ class SpeechWorker:
                 self._finishing -= 1
             self._queue.put(_WAKE)
 
-    def _take_of(self, chunk: Chunk, request: DecodeRequest) -> ChunkOutput:
-        """The take's codes and its waveform, decoded alone."""
+    def _take_of(self, chunk: Chunk, request: DecodeRequest, streamer: _ChunkStreamer | None) -> ChunkOutput:
+        """The take's codes and its waveform: decoded alone, or a streamed take's pieces joined (what its client got;
+        the codec does not decode a streamed take twice)."""
         output = request.output
-        waveform = self.model.decode_audio(output.sequences, output.lengths)[0]
+        if streamer is not None:
+            waveform = torch.cat(streamer.pieces) if streamer.pieces else torch.zeros(0)
+        else:
+            waveform = self.model.decode_audio(output.sequences, output.lengths)[0]
         frames = int(output.audio_code_lengths[0])
         return ChunkOutput(chunk.text, output.audio_codes[0, :frames].cpu(), waveform.float().cpu(),
                            bool(output.finished[0]), chunk.take_seed, self.model.config.audio_spec.frame_rate,
@@ -368,12 +375,13 @@ class _ChunkStreamer(HiggsAudioV3AudioStreamer):
 
     def __init__(self, model, chunk: Chunk):
         super().__init__(model, first_chunk_frames=chunk.first_chunk_frames)
-        self.chunk = chunk
+        self.chunk, self.pieces = chunk, []  # the pieces delivered: joined, the take's waveform
 
     def _decode_chunk(self, start: int, end: int, available: list[int]):
         piece = super()._decode_chunk(start, end, available)
         if available[0] > start:
-            self.chunk.deliver(("audio", piece[0, : (min(end, available[0]) - start) * self.spec.samples_per_frame]))
+            self.pieces.append(piece[0, : (min(end, available[0]) - start) * self.spec.samples_per_frame])
+            self.chunk.deliver(("audio", self.pieces[-1]))
         return None  # nobody iterates this streamer
 
 

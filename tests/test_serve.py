@@ -485,10 +485,19 @@ def test_a_streamed_chunks_pieces_start_small_and_make_its_take(served):
                 pieces.append(value)
         return outputs, pieces, chunks[1].pieces.qsize()
 
-    (streamed, _), pieces, whole_items = asyncio.run(run())
+    decoded = []
+    decode_audio = model.decode_audio
+    model.decode_audio = lambda *args: decoded.append(args) or decode_audio(*args)
+    try:
+        (streamed, whole), pieces, whole_items = asyncio.run(run())
+    finally:
+        del model.decode_audio
     assert whole_items == 1  # the whole chunk's result alone, no audio piece
     assert [piece.numel() for piece in pieces[:2]] == [3 * samples, 25 * samples]
-    assert torch.allclose(torch.cat(pieces), streamed.waveform, atol=1e-5)
+    assert len(decoded) == 1  # the whole chunk's take; the streamed take is not decoded a second time
+    assert torch.equal(torch.cat(pieces), streamed.waveform)  # its take: what its client got
+    one_shot = model.codec.decode_frames(streamed.codes[None])[0]  # and that is the whole-take decode
+    assert streamed.waveform.shape == one_shot.shape and torch.allclose(streamed.waveform, one_shot, atol=1e-5)
 
 
 def test_unfinished_chunks_are_told_in_a_header_the_sse_done_event_and_the_websocket_summary(served):
