@@ -9,8 +9,9 @@ python benchmarks/bench_serve.py --requests 32 --seconds 2
 - **Throughput.** The same `--requests` requests (distinct texts and seeds, `--seconds` of audio each: the random model
   never ends its speech) are sent one at a time, then by 1, 4 and 16 concurrent clients; each variant's throughput
   (requests per second) is divided by the one-at-a-time one. Above 1: the worker decoded concurrent requests in the
-  same steps (the largest batch is printed). The concurrent variants' audio is checked byte for byte against the
-  one-at-a-time run.
+  same steps (the largest batch is printed). The concurrent variants' audio is compared byte for byte with the
+  one-at-a-time run and the responses that differ are counted (the server runs without `batch_invariant`, so float
+  rounding may change a long one: docs/SERVING.md).
 - **Unequal lengths.** 16 requests of 2, 4, 6 and 8 s of audio (four each, `max_seconds`) sent at once against the
   same sent one at a time: the wall time of the second over the first's (issue 31's target: at least 6x). With
   step-level batching a request that ended leaves the batch at once.
@@ -57,13 +58,15 @@ def start_server(model, processor, seconds: float, max_batch_size: int, voices: 
 
     settings = ServeSettings("tiny", voices, max_batch_size=max_batch_size, batch_wait_ms=10, max_queue=1024,
                              max_seconds=seconds)
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(model, processor, settings), port=port, log_level="error"))
-    server.thread = threading.Thread(target=server.run, daemon=True)
+    listener = socket.socket()  # bound here and handed to uvicorn: no other process can take the port in between
+    listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(model, processor, settings), log_level="error"))
+    server.thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
     server.thread.start()
     while not server.started:
+        if not server.thread.is_alive():
+            raise RuntimeError("The benchmark's server did not start (its error is printed above).")
         time.sleep(0.05)
     return f"http://127.0.0.1:{port}", server
 
@@ -82,6 +85,7 @@ def measure(model, processor, requests: int, seconds: float, rounds: int, load: 
         bodies = [{"model": "tiny", "input": f"Request {i} of the benchmark.", "response_format": "pcm", "seed": i}
                   for i in range(requests)]
         rows: dict[str, list[float]] = {f"concurrency {c}": [] for c in CONCURRENCY}
+        differing = 0  # responses whose audio differs from one at a time (float rounding: no batch_invariant)
         rows |= {"first byte / whole response": []} | ({
             "16 unequal lengths: at once over one at a time": [],
             "first byte beside 15 others / first byte alone": []} if load else {})
@@ -92,8 +96,7 @@ def measure(model, processor, requests: int, seconds: float, rounds: int, load: 
                     alone, expected = throughput(http, bodies, None)
                     for c in CONCURRENCY:
                         rate, audio = throughput(http, bodies, c)
-                        if audio != expected:
-                            raise AssertionError(f"concurrency {c} changed a response's audio")
+                        differing += sum(a != b for a, b in zip(audio, expected))
                         rows[f"concurrency {c}"].append(rate / alone)
                     first, whole = first_byte(http, bodies[0])
                     rows["first byte / whole response"].append(first / whole)
@@ -105,7 +108,8 @@ def measure(model, processor, requests: int, seconds: float, rounds: int, load: 
             server.should_exit = True
             server.thread.join(30)
     ratios = {name: statistics.median(values) for name, values in rows.items()}
-    return {"requests": requests, "seconds": seconds, "rounds": rounds, "largest_batch": largest, "ratios": ratios}
+    return {"requests": requests, "seconds": seconds, "rounds": rounds, "largest_batch": largest, "ratios": ratios,
+            "differing_responses": differing, "compared_responses": rounds * requests * len(CONCURRENCY)}
 
 
 def unequal_lengths(http, count: int = 16) -> float:
@@ -239,7 +243,9 @@ def main(argv: list[str] | None = None) -> dict:
         payload["ratios"]["higgs-v3 batch: static over session"] = payload["batch"]["static over session"]
     results = payload["ratios"]
     print(f"bench_serve: {args.requests} requests of {args.seconds:g} s, tiny random model, CPU, "
-          f"{args.threads} thread(s); largest batch {payload['largest_batch']}")
+          f"{args.threads} thread(s); largest batch {payload['largest_batch']}; "
+          f"{payload['differing_responses']} of {payload['compared_responses']} concurrent responses differ from one "
+          "at a time (float rounding, no batch_invariant)")
     for name, value in results.items():
         label = f"throughput, {name} / one at a time" if name.startswith("concurrency") else name
         print(f"  {label:50s} {value:6.2f}x")

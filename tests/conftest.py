@@ -102,6 +102,20 @@ def tiny_tts_model(max_new_tokens: int) -> HiggsAudioV3ForConditionalGeneration:
     return model
 
 
+@pytest.fixture
+def restore_global_state():
+    """The benchmark scripts set torch's thread count and silence loggers for the process (`_harness.setup`): undone
+    after the test, for the tests that run after it on this worker."""
+    import logging
+
+    threads = torch.get_num_threads()
+    levels = {name: logging.getLogger(name).level for name in ("higgs_v3", "transformers")}
+    yield
+    torch.set_num_threads(threads)
+    for name, level in levels.items():
+        logging.getLogger(name).setLevel(level)
+
+
 @pytest.fixture(scope="module")
 def model() -> HiggsAudioV3ForConditionalGeneration:
     return tiny_model()

@@ -549,7 +549,8 @@ def test_clip_in_the_chat_template_through_remote_code(tmp_path):
         print(json.dumps(out.sequences.tolist()))
     ''')
     environment = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
-    environment.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf_home"))
+    # one torch thread, as this process (conftest): rows compared with torch.equal across the two processes
+    environment.update(HF_HUB_OFFLINE="1", HF_HOME=str(tmp_path / "hf_home"), OMP_NUM_THREADS="1")
     done = subprocess.run(
         [sys.executable, "-I", "-S", "-c", script, json.dumps(site.getsitepackages()), str(repo),
          str(tmp_path / "me.wav")],

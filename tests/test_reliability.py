@@ -1205,23 +1205,27 @@ def _wait_for(condition, process, seconds: float = 120.0) -> None:
 
 @pytest.mark.integration
 def test_sigkill_mid_conversion_then_the_next_run_cleans_up(original, tmp_path):
-    """SIGKILL of a real `convert_checkpoint.py --overwrite` while its staging folder is being written: the old
-    output stays; the next run removes the dead run's staging folder and replaces the output."""
+    """SIGKILL of a real `convert_checkpoint.py --overwrite` once its staging folder is written, before it replaces the
+    output: the old output stays; the next run removes the dead run's staging folder and replaces the output."""
     output = tmp_path / "out"
     output.mkdir()
     (output / "keep.txt").write_text("previous")
-    script = ROOT / "convert_checkpoint.py"
-    args = [sys.executable, str(script), "--input", str(original), "--output", str(output), "--overwrite",
-            "--without-codec", "--no-verify"]
-    process = subprocess.Popen(args, env=_environment(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    args = ["--input", str(original), "--output", str(output), "--overwrite", "--without-codec", "--no-verify"]
+    # The script, held where the kill must land (it says so on stdout, then waits): no race with the writing.
+    held = ("import runpy, sys, threading; from higgs_v3.conversion import folders; "
+            "folders.swap_into_place = lambda *_: (print('staged', flush=True), threading.Event().wait()); "
+            f"runpy.run_path({str(ROOT / 'convert_checkpoint.py')!r}, "
+            "run_name='__main__')")
+    process = subprocess.Popen([sys.executable, "-c", held, *args], env=_environment(tmp_path),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     staging = lambda: [p for p in tmp_path.iterdir() if "_converting_" in p.name]  # noqa: E731
-    _wait_for(lambda: staging() and (staging()[0] / folders.OWNER_FILE).exists(), process)
+    assert process.stdout.readline() == "staged\n", process.stderr.read()
     process.send_signal(signal.SIGKILL)
     process.wait()
     assert (output / "keep.txt").read_text() == "previous"
     assert len(staging()) == 1  # the dead run's leftover
     with contextlib.redirect_stdout(io.StringIO()):  # the next run, in this process (a fresh one costs seconds)
-        assert cli_main.main(["convert", *args[2:]]) == 0
+        assert cli_main.main(["convert", *args]) == 0
     assert sorted(p.name for p in tmp_path.iterdir() if p.name != "cache") == ["out"]
     assert (output / "config.json").is_file() and not (output / "keep.txt").exists()
     assert not (output / folders.OWNER_FILE).exists()
