@@ -125,6 +125,13 @@ _OPTIONS = {*HiggsAudioV3TextKwargs.__annotations__, *HiggsAudioV3AudioKwargs.__
             "audio_kwargs", "common_kwargs"}
 
 
+def _not_the_base_config_warning(record) -> bool:
+    """False for the one warning a processor loaded without remote code gets: AutoTokenizer, not knowing the
+    `higgs_audio_v3` type, reads config.json as the base `PreTrainedConfig` (model type ``) and warns of a mismatch
+    that does not matter (the tokenizer needs none of the config)."""
+    return "to instantiate a model of type ``." not in record.getMessage()
+
+
 class HiggsAudioV3Processor(ProcessorMixin):
     r"""
     Builds Higgs Audio v3 TTS prompts (left-padded batches, a reference or none per row) and checks every text,
@@ -175,7 +182,12 @@ class HiggsAudioV3Processor(ProcessorMixin):
         """`ProcessorMixin.from_pretrained`; called on this class, the folder's remote code is not needed (this class is
         that code), so transformers does not ask whether to run it (a 15 s `[y/N]` prompt on every rank)."""
         kwargs.setdefault("trust_remote_code", False)
-        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        config_log = logging.get_logger("transformers.configuration_utils")
+        config_log.addFilter(_not_the_base_config_warning)
+        try:
+            return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+        finally:
+            config_log.removeFilter(_not_the_base_config_warning)
 
     @classmethod
     def from_model_config(cls, tokenizer, config, **kwargs) -> "HiggsAudioV3Processor":

@@ -708,6 +708,28 @@ def test_chat_template_save_loading(tokenizer, tmp_path):
         "test template", None, processing_higgs_v3.TTS_CHAT_TEMPLATE, "<|im_start|>" + processing_higgs_v3.TTS_CHAT_TEMPLATE)))
 
 
+def test_loading_beside_a_config_gives_no_config_type_warning(tokenizer, tmp_path):
+    """A repo's processor loaded by this class (no remote code): AutoTokenizer reads its config.json as the base config
+    and transformers would warn that a `higgs_audio_v3` checkpoint makes a model of type ``; that warning alone is
+    dropped, and only while the processor loads."""
+    import logging
+
+    HiggsAudioV3Processor(tokenizer).save_pretrained(tmp_path)
+    HiggsAudioV3Config().save_pretrained(tmp_path)
+    seen: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda record: seen.append(record.getMessage())
+    config_log = logging.getLogger("transformers.configuration_utils")
+    config_log.addHandler(handler)
+    try:
+        HiggsAudioV3Processor.from_pretrained(tmp_path)
+        assert not [message for message in seen if "to instantiate a model of type" in message], seen
+        config_log.warning("You are using a model of type `x` to instantiate a model of type ``.")
+        assert len(seen) == 1 and not config_log.filters  # the filter is gone after the load
+    finally:
+        config_log.removeHandler(handler)
+
+
 def test_chat_template_saved_loaded_and_chatml_replaced(tokenizer, tmp_path, caplog):
     processor = HiggsAudioV3Processor(tokenizer)
     assert processor.chat_template == processing_higgs_v3.TTS_CHAT_TEMPLATE
