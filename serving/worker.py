@@ -8,8 +8,8 @@ request handlers (event loop) ──submit(chunk)──> bounded queue ──> w
     (`max_batch_size` active requests): processor(text, reference=voice) -> session.add(seed=the take's seed)
     session.step(): every active chunk one row further; a chunk that ended leaves at once
 codec thread: streamed rows -> audio pieces (one audio streamer per chunk, a small first piece); an ended take's
-    waveform decoded alone (a streamed take's: its pieces joined, never decoded twice) and judged; a bad take (`judge_take`) with retries left -> held first by the worker,
-    re-admitted with seed retry_seed(seed, k)
+    waveform decoded alone (a streamed take's: its pieces joined, never decoded twice) and judged; a bad take
+    (`judge_take`) with retries left -> held first by the worker, re-admitted with seed retry_seed(seed, k)
 <── audio pieces while rows are drawn, then the chunk's result
 ```
 
