@@ -126,6 +126,12 @@ class HiggsAudioV3AudioStreamer(HiggsAudioV3RowTracker):
             raise StopIteration
         return chunk
 
+    def piece_rows(self, index: int) -> int:
+        """Rows after which piece `index` (0, 1, ...) is emitted while speech goes on (`_emit`'s rule): its frames, the
+        frames before it and `context_frames` complete frames after it. Rows put in groups that end there (or at the
+        end) give the same pieces as rows put one by one."""
+        return self.first_chunk_frames + index * self.chunk_frames + self.context_frames + self.spec.max_delay
+
     # ------------------------------------------------------------------ decoding
     def _emit(self, final: bool) -> None:
         available = self.complete_frames()  # [B] decodable frames of each sequence

@@ -276,12 +276,10 @@ class SpeechWorker:
                 continue
             try:
                 inputs = self.processor([chunk.text], reference=[chunk.voice])
-                streamer = _ChunkStreamer(self.model, chunk) if chunk.stream else None
+                streamer = _ChunkStreamer(self.model, chunk, self._codec_jobs) if chunk.stream else None
                 chunk.request = DecodeRequest(
                     inputs, seed=chunk.take_seed, options=dict(chunk.options), context=(chunk, streamer),
-                    on_row=None if streamer is None else (lambda row, put=streamer.put, gone=chunk.cancelled.is_set:
-                                                          self._codec_jobs.put(lambda: gone() or put(row[None]))),
-                    on_end=self._ended)
+                    on_row=None if streamer is None else streamer.gather, on_end=self._ended)
                 self.session.add(chunk.request)
             except Exception as error:  # noqa: BLE001 - this chunk alone: its text, voice or options
                 self._end(chunk, ("error", error))
@@ -311,8 +309,10 @@ class SpeechWorker:
     def _ended(self, request: DecodeRequest) -> None:
         """The session's end of a take (on the worker thread): dropped (cancelled: its client left, or cut at
         shutdown), or handed to the codec thread (`_finish`), behind its stream's pieces."""
-        chunk, _ = request.context
+        chunk, streamer = request.context
         self._decoding.remove(chunk)
+        if streamer is not None:
+            streamer.hand_over()  # its last rows, before its end
         if isinstance(request.error, Cancelled):
             self._cut(chunk) if self._abort.is_set() else self._end(chunk)
             return
@@ -371,11 +371,30 @@ class SpeechWorker:
 
 class _ChunkStreamer(HiggsAudioV3AudioStreamer):
     """The model's audio streamer for one streamed chunk (batch 1): its first piece `chunk.first_chunk_frames`
-    frames, each decoded piece handed to the chunk."""
+    frames, each decoded piece handed to the chunk.
 
-    def __init__(self, model, chunk: Chunk):
+    Its rows are gathered on the worker thread (`gather`, the session's `on_row`) and handed to the codec thread (`put`,
+    as a codec job) in groups that end where a piece is due (`piece_rows`) or at the take's end (`hand_over`): the
+    pieces of rows put one by one, with one codec job per piece instead of one per row."""
+
+    def __init__(self, model, chunk: Chunk, jobs: queue.Queue):
         super().__init__(model, first_chunk_frames=chunk.first_chunk_frames)
         self.chunk, self.pieces = chunk, []  # the pieces delivered: joined, the take's waveform
+        self._jobs, self._gathered, self._rows_seen, self._next_piece = jobs, [], 0, 0  # the worker thread's
+
+    def gather(self, row: torch.LongTensor) -> None:
+        """A new row `[C]` (worker thread): kept, and the rows kept handed over once the next piece is due."""
+        self._gathered.append(row)
+        self._rows_seen += 1
+        if self._rows_seen >= self.piece_rows(self._next_piece):
+            self._next_piece += 1
+            self.hand_over()
+
+    def hand_over(self) -> None:
+        """The rows gathered so far, put on the codec thread (skipped once the client left)."""
+        if self._gathered:
+            rows, self._gathered = torch.stack(self._gathered)[None], []  # [1, k, C]
+            self._jobs.put(lambda: self.chunk.cancelled.is_set() or self.put(rows))
 
     def _decode_chunk(self, start: int, end: int, available: list[int]):
         piece = super()._decode_chunk(start, end, available)

@@ -344,6 +344,30 @@ def test_streamer_first_chunk_timing_and_thread(reach_model):
     assert (torch.cat(chunks, dim=1)[0] - one_shot).abs().max() < REACH_CODEC_TOLERANCE
 
 
+@pytest.mark.parametrize("first, chunk, context", [(4, 10, 3), (1, 25, 0), (5, 7, 3), (30, 5, 2)])
+def test_rows_put_in_groups_ending_where_a_piece_is_due_give_the_pieces_of_rows_put_one_by_one(
+        reach_model, first, chunk, context):
+    """What the server's streamed chunks rely on (`piece_rows`, one codec job per piece): a sequence that runs on and
+    one that ended (its rows up to its end, as the decode session hands them), put in groups that end at
+    `piece_rows(k)` and at the end, give exactly the pieces of the same rows put one by one."""
+    both = _stream_batch()
+    for rows in (both[:1], both[1:, : 23 + C - 1]):
+        def streamer():
+            return reach_model.audio_streamer(first_chunk_frames=first, chunk_frames=chunk, context_frames=context)
+
+        one_by_one = _run_streamer(streamer(), rows)
+        grouped, start, k = streamer(), 0, 0
+        assert grouped.piece_rows(0) == first + context + C - 1 and grouped.piece_rows(2) - grouped.piece_rows(1) == chunk
+        while grouped.piece_rows(k) <= rows.shape[1]:
+            grouped.put(rows[:, start : grouped.piece_rows(k)])
+            start, k = grouped.piece_rows(k), k + 1
+        if start < rows.shape[1]:
+            grouped.put(rows[:, start:])
+        grouped.end()
+        pieces = list(grouped)
+        assert len(pieces) == len(one_by_one) and all(map(torch.equal, pieces, one_by_one))
+
+
 def test_streamer_refusals(reach_model):
     streamer = HiggsAudioV3AudioStreamer(reach_model)
     with pytest.raises(ValueError, match=re.escape(

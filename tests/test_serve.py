@@ -485,13 +485,18 @@ def test_a_streamed_chunks_pieces_start_small_and_make_its_take(served):
                 pieces.append(value)
         return outputs, pieces, chunks[1].pieces.qsize()
 
-    decoded = []
-    decode_audio = model.decode_audio
+    from higgs_v3.serving.worker import _ChunkStreamer
+
+    decoded, puts = [], []
+    decode_audio, put = model.decode_audio, _ChunkStreamer.put
     model.decode_audio = lambda *args: decoded.append(args) or decode_audio(*args)
+    _ChunkStreamer.put = lambda self, rows: puts.append(rows.shape[1]) or put(self, rows)
     try:
         (streamed, whole), pieces, whole_items = asyncio.run(run())
     finally:
         del model.decode_audio
+        _ChunkStreamer.put = put
+    assert len(puts) == len(pieces) and sum(puts) == streamed.num_frames + 7  # its rows, in one group per piece
     assert whole_items == 1  # the whole chunk's result alone, no audio piece
     assert [piece.numel() for piece in pieces[:2]] == [3 * samples, 25 * samples]
     assert len(decoded) == 1  # the whole chunk's take; the streamed take is not decoded a second time
