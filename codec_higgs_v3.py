@@ -165,6 +165,9 @@ class HiggsAudioV3Codec(XcodecModel):
     config_class = HiggsAudioV2TokenizerConfig
     config: HiggsAudioV2TokenizerConfig
     base_model_prefix = "higgs_audio_v2_tokenizer"
+    # `decode` of all levels run by this callable instead, when set (the server sets its modules traced into one graph,
+    # checked bit-identical: `serving/codec.py`); a move or cast of the codec drops it.
+    decode_graph = None
     _no_split_modules = ["HiggsAudioV3ResidualVectorQuantization"]
     # The original checkpoint also stores HuBERT's `masked_spec_embed` (unused at inference, absent here).
     _keys_to_ignore_on_load_unexpected = ["semantic_model.masked_spec_embed"]
@@ -193,6 +196,7 @@ class HiggsAudioV3Codec(XcodecModel):
                 return tensor.to(device=applied.device, dtype=torch.float32)
             return applied
 
+        self.decode_graph = None  # traced over the tensors being replaced
         return super()._apply(float32, recurse)
         # *** end Higgs v3 specific ***
 
@@ -225,6 +229,8 @@ class HiggsAudioV3Codec(XcodecModel):
     ) -> torch.Tensor | XcodecDecoderOutput:
         """Integer codes `[B, Q, T]` (`Q <= num_quantizers`, each in 0..codebook_size - 1) -> audio
         `[B, 1, T * hop_length]`. `return_dict` is that of `XcodecModel.decode`."""
+        if self.decode_graph is not None and not return_dict and audio_codes.shape[1] == self.config.num_quantizers:
+            return self.decode_graph(audio_codes.long())
         return super().decode(audio_codes.long(), return_dict=return_dict)
 
     # ------------------------------------------------------------------ frames <-> waveforms (the model's one path)

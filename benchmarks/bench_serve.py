@@ -15,6 +15,8 @@ python benchmarks/bench_serve.py --requests 32 --seconds 2
 - **Unequal lengths.** 16 requests of 2, 4, 6 and 8 s of audio (four each, `max_seconds`) sent at once against the
   same sent one at a time: the wall time of the second over the first's (issue 31's target: at least 6x). With
   step-level batching a request that ended leaves the batch at once.
+- **The codec's traced graph.** The same 16 requests sent at once with the codec decoding eagerly, over with the graph
+  the server traces (`serving/codec.py`: the same samples, decoded without holding Python's lock): wall time.
 - **Time to first audio byte.** One request streamed (`stream_format="audio"`, pcm) against the same request whole:
   the first byte's time over the whole response's. And under load: the same streamed request sent while 15 whole
   requests of 4-8 s are being spoken, its first byte over its first byte alone (target: at most 1.5x).
@@ -88,7 +90,8 @@ def measure(model, processor, requests: int, seconds: float, rounds: int, load: 
         differing = 0  # responses whose audio differs from one at a time (float rounding: no batch_invariant)
         rows |= {"first byte / whole response": []} | ({
             "16 unequal lengths: at once over one at a time": [],
-            "first byte beside 15 others / first byte alone": []} if load else {})
+            "first byte beside 15 others / first byte alone": [],
+            "16 unequal lengths at once: codec eager / traced": []} if load else {})
         try:
             with httpx.Client(base_url=url, timeout=600) as http:
                 throughput(http, bodies[:2], None)  # warm-up
@@ -103,6 +106,8 @@ def measure(model, processor, requests: int, seconds: float, rounds: int, load: 
                     if load:
                         rows["16 unequal lengths: at once over one at a time"].append(unequal_lengths(http))
                         rows["first byte beside 15 others / first byte alone"].append(first_byte_under_load(http))
+                        rows["16 unequal lengths at once: codec eager / traced"].append(
+                            eager_codec_over_traced(http, model.codec))
                 largest = http.get("/health").json()["largest_batch"]
         finally:
             server.should_exit = True
@@ -112,13 +117,31 @@ def measure(model, processor, requests: int, seconds: float, rounds: int, load: 
             "differing_responses": differing, "compared_responses": rounds * requests * len(CONCURRENCY)}
 
 
+def unequal_bodies(count: int = 16) -> list[dict]:
+    """`count` requests of `UNEQUAL_SECONDS` (four each)."""
+    return [{"model": "tiny", "input": f"Unequal request {i}.", "response_format": "pcm", "seed": 100 + i,
+             "max_seconds": UNEQUAL_SECONDS[i % len(UNEQUAL_SECONDS)]} for i in range(count)]
+
+
 def unequal_lengths(http, count: int = 16) -> float:
     """16 requests of `UNEQUAL_SECONDS` (four each) sent at once: the one-at-a-time wall time over theirs."""
-    bodies = [{"model": "tiny", "input": f"Unequal request {i}.", "response_format": "pcm", "seed": 100 + i,
-               "max_seconds": UNEQUAL_SECONDS[i % len(UNEQUAL_SECONDS)]} for i in range(count)]
+    bodies = unequal_bodies(count)
     alone, _ = throughput(http, bodies, None)
     together, _ = throughput(http, bodies, count)
     return together / alone
+
+
+def eager_codec_over_traced(http, codec, count: int = 16) -> float:
+    """The 16 unequal requests sent at once with the codec decoding eagerly, over with its traced graph (the server's
+    own, `serving/codec.py`): wall time, interleaved, the same audio."""
+    bodies, graph, walls = unequal_bodies(count), codec.decode_graph, {}
+    try:
+        for name in ("traced", "eager"):
+            codec.decode_graph = graph if name == "traced" else None
+            walls[name] = count / throughput(http, bodies, count)[0]
+    finally:
+        codec.decode_graph = graph
+    return walls["eager"] / walls["traced"]
 
 
 def first_byte_under_load(http, others: int = 15) -> float:

@@ -14,7 +14,8 @@ codec thread: streamed rows -> audio pieces (one audio streamer per chunk, a sma
 ```
 
 The codec never runs inside a decode step: a step's cost is the model's alone, and the codec's work on the rows of
-one step overlaps the next steps.
+one step overlaps the next steps. It decodes through its traced graph (`serving/codec.py`: bit-identical, without
+holding Python's lock, which the stepping thread needs between its operations).
 
 A chunk joins the running decode at the next step: its first audio never waits for other people's speech, and a row
 that ended never waits for the longest one. Bad takes are redone as `synthesize_long` redoes them (`longform_higgs_v3`:
@@ -54,6 +55,7 @@ import torch
 from ..longform_higgs_v3 import DEFAULT_SECONDS_PER_CHAR, ChunkResult, _better_take, judge_take
 from ..sampling_higgs_v3 import retry_seed
 from ..streaming_higgs_v3 import HiggsAudioV3AudioStreamer
+from .codec import trace_decode
 from .session import Cancelled, DecodeRequest, DecodeSession
 
 
@@ -150,6 +152,9 @@ class SpeechWorker:
         self._abort = threading.Event()  # set by `stop`'s deadline: cut what is left
         self.batches, self.largest_batch = 0, 0  # takes admitted to the session, and the most decoded at one step
         self.cut = 0  # chunks cut by `stop`'s deadline
+        codec = getattr(model, "codec", None)
+        if hasattr(type(codec), "decode_graph") and codec.decode_graph is None:  # (a repo's older remote code: eager)
+            trace_decode(codec)  # the codec thread decodes without holding Python's lock (serving/codec.py)
         self._codec_jobs: queue.Queue = queue.Queue()  # the codec thread's work, in order: stream pieces, takes
         self._redos: deque = deque()  # chunks the codec thread judged bad, for a redo (first in line)
         self._finishing = 0  # takes ended in the session and not yet finished by the codec thread
