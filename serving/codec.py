@@ -34,7 +34,9 @@ graph would show."""
 
 class _DecodeGraph:
     """`decode`'s modules as one graph: a plain callable (not a module, so the codec's modules and state dict do not
-    change), run with the graph executor's optimizations off for the calling thread."""
+    change), run with the graph executor's optimizations off for the calling thread. A deep copy of the codec holds no
+    graph (a copied graph would decode with copies of the original's weights, not the copy's): it decodes eagerly.
+    (The codec does not pickle whole: its weight-norm parametrizations save through `state_dict` only.)"""
 
     def __init__(self, graph):
         self.graph = graph
@@ -42,6 +44,9 @@ class _DecodeGraph:
     def __call__(self, audio_codes: torch.LongTensor) -> torch.Tensor:
         with torch.jit.optimized_execution(False):
             return self.graph(audio_codes)
+
+    def __deepcopy__(self, memo):
+        return None
 
 
 class _EagerDecode(torch.nn.Module):

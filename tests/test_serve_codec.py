@@ -4,6 +4,7 @@ Python, dropped by a move, left eager (and said) when it cannot be traced or dif
 
 from __future__ import annotations
 
+import copy
 import logging
 import sys
 
@@ -103,6 +104,19 @@ def test_fewer_levels_a_move_or_a_cast_decode_eagerly(codec):
     trace_decode(codec)
     codec.to(torch.bfloat16)  # a cast, too (the codec stays float32: its pin)
     assert codec.decode_graph is None and codec.fc.weight.dtype == torch.float32
+
+
+def test_a_deep_copy_of_the_codec_decodes_with_its_own_weights(codec):
+    """The graph was traced over the original's tensors: a deep copy drops it and decodes eagerly, with its own weights
+    (a copied graph would have decoded with copies of the original's weights, silently)."""
+    trace_decode(codec)
+    twin = copy.deepcopy(codec)
+    assert twin.decode_graph is None and codec.decode_graph is not None
+    with torch.no_grad():
+        twin.acoustic_decoder.conv2.bias.add_(0.5)
+    codes = random_codes(1, 6, seed=4)
+    assert torch.equal(twin.decode_frames(codes)[0], eager(twin, codes)[0])
+    assert not torch.equal(twin.decode_frames(codes)[0], codec.decode_frames(codes)[0])
 
 
 def test_a_graph_that_differs_or_cannot_be_traced_leaves_the_eager_decode_and_says_why(codec, monkeypatch, caplog):
