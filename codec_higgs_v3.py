@@ -229,8 +229,9 @@ class HiggsAudioV3Codec(XcodecModel):
     ) -> torch.Tensor | XcodecDecoderOutput:
         """Integer codes `[B, Q, T]` (`Q <= num_quantizers`, each in 0..codebook_size - 1) -> audio
         `[B, 1, T * hop_length]`. `return_dict` is that of `XcodecModel.decode`."""
-        if self.decode_graph is not None and not return_dict and audio_codes.shape[1] == self.config.num_quantizers:
-            return self.decode_graph(audio_codes.long())
+        graph = self.decode_graph  # read once: another thread may drop it
+        if graph is not None and return_dict is False and audio_codes.shape[1] == self.config.num_quantizers:
+            return graph(audio_codes.long())
         return super().decode(audio_codes.long(), return_dict=return_dict)
 
     # ------------------------------------------------------------------ frames <-> waveforms (the model's one path)

@@ -4,18 +4,22 @@ Python, dropped by a move, left eager (and said) when it cannot be traced or dif
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import logging
 import sys
+import threading
 
 import pytest
 import torch
+from fastapi.testclient import TestClient
 
 from conftest import tiny_tts_model
 from higgs_v3.codec_higgs_v3 import HiggsAudioV3Codec
 from higgs_v3.processing_higgs_v3 import HiggsAudioV3Processor
 from higgs_v3.conversion.original_format import REAL_CODEC_CONFIG
 from higgs_v3.serving import codec as serving_codec
+from higgs_v3.serving.app import ServeSettings, create_app
 from higgs_v3.serving.codec import PROBE_FRAMES, trace_decode
 from higgs_v3.serving.worker import SpeechWorker
 from higgs_v3.testing.tiny import randomize_codebooks, tiny_codec_config
@@ -56,11 +60,12 @@ def module_calls(function) -> int:
         calls += event == "call" and frame.f_code.co_name == "forward" and (
             "/torch/nn/modules/" in path or "/transformers/models/" in path)
 
+    before = sys.getprofile()
     sys.setprofile(count)
     try:
         function()
     finally:
-        sys.setprofile(None)
+        sys.setprofile(before)
     return calls
 
 
@@ -119,6 +124,33 @@ def test_a_deep_copy_of_the_codec_decodes_with_its_own_weights(codec):
     assert not torch.equal(twin.decode_frames(codes)[0], codec.decode_frames(codes)[0])
 
 
+def test_weights_replaced_or_backend_flags_changed_after_the_trace_drop_the_graph(caplog):
+    """What the trace fixed besides the codes is checked at each call: a weight replaced without a move
+    (`load_state_dict(..., assign=True)`, a swapped storage) or cuDNN's flags switched: eager from then on, said once."""
+    codec = build(tiny_codec_config())
+    codes = random_codes(1, 7, seed=5)
+    state = {name: tensor.clone() for name, tensor in codec.state_dict().items()}
+    state["acoustic_decoder.conv2.bias"] += 0.5
+    for change in ("assign", "storage", "flags"):
+        assert trace_decode(codec) is None
+        with contextlib.ExitStack() as stack:
+            if change == "assign":
+                codec.load_state_dict(state, assign=True)
+            elif change == "storage":
+                codec.acoustic_decoder.conv2.bias.data = codec.acoustic_decoder.conv2.bias.data + 0.25
+            else:
+                cudnn = torch.backends.cudnn
+                stack.enter_context(cudnn.flags(enabled=cudnn.enabled, benchmark=cudnn.benchmark,
+                                                deterministic=not cudnn.deterministic, allow_tf32=cudnn.allow_tf32))
+            caplog.clear()
+            with caplog.at_level(logging.WARNING, logger=serving_codec.logger.name):
+                waveform = codec.decode_frames(codes)[0]
+            assert codec.decode_graph is None, change
+            assert torch.equal(waveform, eager(codec, codes)[0]), change
+            assert "decodes eagerly from now on" in caplog.text, change
+    assert torch.equal(codec.acoustic_decoder.conv2.bias, state["acoustic_decoder.conv2.bias"] + 0.25)
+
+
 def test_a_graph_that_differs_or_cannot_be_traced_leaves_the_eager_decode_and_says_why(codec, monkeypatch, caplog):
     real_trace = torch.jit.trace
 
@@ -143,18 +175,27 @@ def test_a_graph_that_differs_or_cannot_be_traced_leaves_the_eager_decode_and_sa
     assert codec.decode_frames(codes)[0].shape == (5 * 960,)
 
 
-def test_the_server_worker_decodes_through_the_graph(tokenizer):
+def test_the_server_decodes_on_its_codec_thread_through_the_graph(tokenizer, tmp_path):
     model = tiny_tts_model(max_new_tokens=8)
     processor = HiggsAudioV3Processor.from_model_config(tokenizer, model.config)
     assert model.codec.decode_graph is None
-    worker = SpeechWorker(model, processor, max_batch_size=2)
-    try:
-        assert model.codec.decode_graph is not None
-        graph = model.codec.decode_graph
+    with TestClient(create_app(model, processor, ServeSettings("tiny", tmp_path))) as client:
+        graph, threads = model.codec.decode_graph, []
+        assert graph is not None
+
+        def spy(audio_codes):
+            threads.append(threading.current_thread().name)
+            return graph(audio_codes)
+
+        model.codec.decode_graph = spy
+        for stream in (None, "audio"):
+            body = {"model": "tiny", "input": "Hello there.", "response_format": "pcm", "seed": 1,
+                    "stream_format": stream}
+            assert client.post("/v1/audio/speech", json=body).status_code == 200
+        assert threads and set(threads) == {"higgs-v3-codec"}, threads  # whole and streamed takes
+        model.codec.decode_graph = graph
         SpeechWorker(model, processor).stop()  # a second worker on the same model keeps the graph it has
         assert model.codec.decode_graph is graph
-    finally:
-        worker.stop()
 
 
 @pytest.mark.integration
