@@ -198,6 +198,21 @@ def test_the_server_decodes_on_its_codec_thread_through_the_graph(tokenizer, tmp
         assert model.codec.decode_graph is graph
 
 
+def test_a_remote_code_codec_is_traced_by_the_installed_server(second_import):
+    """A notebook's model from `trust_remote_code=True` (its own copy of the codec class) served by the installed
+    package: `trace_decode` sets that codec's graph, and its own `decode` runs it, bit for bit."""
+    remote_codec = second_import("codec_higgs_v3").HiggsAudioV3Codec
+    assert remote_codec is not HiggsAudioV3Codec
+    torch.manual_seed(0)
+    codec = remote_codec.from_codec_config(tiny_codec_config()).eval()
+    randomize_codebooks(codec)
+    assert trace_decode(codec) is None
+    codes = random_codes(2, 17, seed=6)
+    with torch.no_grad():
+        assert module_calls(lambda: codec.decode(codes.transpose(1, 2))) == 0
+    assert all(map(torch.equal, codec.decode_frames(codes), eager(codec, codes)))
+
+
 @pytest.mark.integration
 def test_real_width_codec_traced_decode_is_bit_identical():
     """The real codec's widths (random weights): the graph's waveforms equal eager's at lengths it was not traced on."""
